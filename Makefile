@@ -1,0 +1,38 @@
+# Entry points: `make demo` runs the pipeline end to end, `make test` runs the whole suite.
+# Both create .venv on first use (Python 3.11) and install what they need.
+
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test test-unit lint clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or pass PYTHON=/path/to/python3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	# The Spark provider pulls pyspark-client, whose files overwrite pyspark's own
+	# Python sources with another version; put pyspark 4.3.0's back.
+	$(PY) -m pip install --quiet --no-deps --force-reinstall pyspark==4.3.0
+	$(PY) -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m microcheckpoint.demo
+
+test: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

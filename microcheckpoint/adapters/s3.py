@@ -1,0 +1,214 @@
+"""``s3://`` checkpoint storage over boto3 (AWS S3, MinIO, moto's server).
+
+Conditional writes use ``If-None-Match: *`` (put-if-absent) and ``If-Match: <etag>``
+(compare-and-swap). botocore's own retries are switched off: a retried conditional PUT
+whose first try landed would come back as 412 and report our own win as a conflict.
+Instead this adapter retries only what is known not to have taken effect (503 SlowDown,
+409 ConditionalRequestConflict, a connection that never opened) with backoff, and returns
+``UNKNOWN`` for the rest (5xx, read timeouts), which the port's helpers resolve by reading.
+Idempotent calls (GET, unconditional PUT, DELETE, LIST) retry on 5xx and throttling.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+
+from microcheckpoint.errors import StorageError
+from microcheckpoint.storage.port import ObjectStore, StoredObject, WriteOutcome
+
+__all__ = ["S3Store", "ensure_bucket"]
+
+T = TypeVar("T")
+_ATTEMPTS = 6
+_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503"}
+_NOT_APPLIED_CONNECT = (EndpointConnectionError, ConnectTimeoutError)
+_MAYBE_APPLIED = (ReadTimeoutError, ConnectionClosedError)
+
+
+def _code(exc: ClientError) -> tuple[str, int]:
+    error = exc.response.get("Error", {})
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return str(error.get("Code", "")), status
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(min(0.05 * 2**attempt, 2.0))
+
+
+def make_client(
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+) -> Any:
+    """A boto3 S3 client with path-style addressing and botocore retries off."""
+    endpoint_url = endpoint_url or os.environ.get("MICROCHECKPOINT_S3_ENDPOINT") or None
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        config=Config(
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            s3={"addressing_style": "path"},
+            connect_timeout=5,
+            read_timeout=30,
+        ),
+    )
+
+
+def ensure_bucket(client: Any, bucket: str) -> None:
+    """Create ``bucket`` if it does not exist (for the local stack and the demo)."""
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError:
+        client.create_bucket(Bucket=bucket)
+
+
+class S3Store(ObjectStore):
+    """Object store on an S3 bucket under an optional key prefix."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self._endpoint = getattr(getattr(client, "meta", None), "endpoint_url", "") or "AWS"
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> S3Store:
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise StorageError(f"{url!r} is not an s3://bucket[/prefix] URL")
+        return cls(make_client(**options), parsed.netloc, parsed.path)
+
+    def _key(self, key: str) -> str:
+        if not key or key.startswith("/"):
+            raise StorageError(f"invalid object key {key!r}: use relative '/'-separated names")
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _explain(self, exc: Exception, action: str, key: str) -> StorageError:
+        if isinstance(exc, ClientError):
+            code, status = _code(exc)
+            if code == "NoSuchBucket":
+                return StorageError(
+                    f"bucket {self.bucket!r} does not exist at {self._endpoint}; create it or "
+                    "fix the checkpoint storage URL"
+                )
+            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                return StorageError(
+                    f"{action} {self.child_url(key)} was refused ({code}); check the S3 "
+                    "credentials and the bucket policy"
+                )
+            return StorageError(f"{action} {self.child_url(key)} failed: {code} (HTTP {status})")
+        return StorageError(
+            f"{action} {self.child_url(key)} failed: S3 endpoint {self._endpoint} is unreachable "
+            f"({exc}); check the endpoint URL and that the server runs"
+        )
+
+    def _idempotent(self, action: str, key: str, call: Callable[[], T]) -> T:
+        """Run an idempotent request, retrying 5xx, throttling and connection errors."""
+        for attempt in range(_ATTEMPTS):
+            try:
+                return call()
+            except ClientError as exc:
+                code, status = _code(exc)
+                if (status >= 500 or code in _THROTTLED) and attempt < _ATTEMPTS - 1:
+                    _backoff(attempt)
+                    continue
+                raise self._explain(exc, action, key) from exc
+            except (*_NOT_APPLIED_CONNECT, *_MAYBE_APPLIED) as exc:
+                if attempt < _ATTEMPTS - 1:
+                    _backoff(attempt)
+                    continue
+                raise self._explain(exc, action, key) from exc
+        raise AssertionError("unreachable")
+
+    def get(self, key: str) -> StoredObject | None:
+        def call() -> StoredObject | None:
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            except ClientError as exc:
+                if _code(exc)[0] in ("NoSuchKey", "404"):
+                    return None
+                raise
+            data = response["Body"].read()
+            return StoredObject(key, data, response["ETag"].strip('"'))
+
+        return self._idempotent("reading", key, call)
+
+    def put(self, key: str, data: bytes) -> None:
+        self._idempotent(
+            "writing",
+            key,
+            lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data),
+        )
+
+    def _conditional(self, key: str, data: bytes, condition: dict[str, str]) -> WriteOutcome:
+        for attempt in range(_ATTEMPTS):
+            try:
+                self.client.put_object(
+                    Bucket=self.bucket, Key=self._key(key), Body=data, **condition
+                )
+                return WriteOutcome.OK
+            except ClientError as exc:
+                code, status = _code(exc)
+                if status == 412 or code == "PreconditionFailed":
+                    return WriteOutcome.CONFLICT
+                if status == 404 and "IfMatch" in condition:
+                    return WriteOutcome.CONFLICT  # nothing to swap
+                if code == "ConditionalRequestConflict" or status == 409 or code in _THROTTLED:
+                    _backoff(attempt)  # known not applied: safe to send again
+                    continue
+                if status >= 500:
+                    return WriteOutcome.UNKNOWN
+                raise self._explain(exc, "conditionally writing", key) from exc
+            except _NOT_APPLIED_CONNECT as exc:
+                if attempt < _ATTEMPTS - 1:
+                    _backoff(attempt)
+                    continue
+                raise self._explain(exc, "conditionally writing", key) from exc
+            except _MAYBE_APPLIED:
+                return WriteOutcome.UNKNOWN
+        return WriteOutcome.UNKNOWN
+
+    def put_if_absent(self, key: str, data: bytes) -> WriteOutcome:
+        return self._conditional(key, data, {"IfNoneMatch": "*"})
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> WriteOutcome:
+        return self._conditional(key, data, {"IfMatch": f'"{etag}"'})
+
+    def delete(self, key: str) -> None:
+        self._idempotent(
+            "deleting",
+            key,
+            lambda: self.client.delete_object(Bucket=self.bucket, Key=self._key(key)),
+        )
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        full = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
+        strip = len(f"{self.prefix}/") if self.prefix else 0
+
+        def pages() -> list[str]:
+            keys: list[str] = []
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+                keys.extend(item["Key"][strip:] for item in page.get("Contents", ()))
+            return keys
+
+        return iter(sorted(self._idempotent("listing", prefix or "", pages)))

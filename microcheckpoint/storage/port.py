@@ -1,0 +1,131 @@
+"""The object-store port: what checkpoint storage promises, whatever the backend.
+
+Guarantees every implementation gives (checked by ``tests/contract``):
+
+1. **Atomic visibility.** A reader sees an object whole or not at all, never part of it.
+2. **Put-if-absent.** ``put_if_absent`` creates an object only if no object has the key;
+   of any number of concurrent callers for one key, at most one gets ``OK``.
+3. **Compare-and-swap.** ``put_if_match`` replaces an object only if its current ETag is
+   the one given; of concurrent callers with the same ETag, at most one gets ``OK``.
+4. **Three outcomes.** A conditional write ends in exactly one of ``OK`` (it is written),
+   ``CONFLICT`` (it is not, another writer's object is there) or ``UNKNOWN`` (the request
+   may or may not have taken effect). ``UNKNOWN`` is resolved by reading back
+   (``write_once`` / ``swap``), never by a blind retry, which could report the caller's
+   own earlier success as a conflict.
+5. **Consistent listing.** After a write or delete returns, ``list`` reflects it; keys come
+   back sorted, and pagination is the implementation's concern.
+
+Keys are ``/``-separated paths relative to the store's root URL.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+
+from microcheckpoint.errors import CommitOutcomeUnknown
+
+__all__ = ["ObjectStore", "StoredObject", "WriteOutcome", "swap", "write_once"]
+
+
+class WriteOutcome(Enum):
+    OK = "ok"
+    CONFLICT = "conflict"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    data: bytes
+    etag: str
+
+
+class ObjectStore(abc.ABC):
+    """Checkpoint storage: a flat key space of immutable-by-convention objects."""
+
+    url: str
+
+    @abc.abstractmethod
+    def get(self, key: str) -> StoredObject | None:
+        """The object under ``key`` with its ETag, or None if there is none."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Create or replace ``key`` atomically (unconditional)."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> WriteOutcome:
+        """Create ``key`` only if absent. Never raises for a conflict; see the module doc."""
+
+    @abc.abstractmethod
+    def put_if_match(self, key: str, data: bytes, etag: str) -> WriteOutcome:
+        """Replace ``key`` only if its ETag is ``etag`` (absent counts as a conflict)."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; removing a missing key is not an error."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Every key that starts with ``prefix`` (a plain string prefix), sorted."""
+
+    def exists(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def child_url(self, key: str) -> str:
+        """The URL of ``key`` for messages and for other tools."""
+        return f"{self.url.rstrip('/')}/{key}"
+
+
+_RESOLVE_ATTEMPTS = 5
+
+
+def write_once(store: ObjectStore, key: str, data: bytes) -> WriteOutcome:
+    """Put-if-absent with ``UNKNOWN`` resolved by reading back.
+
+    Steps: 1. try the conditional write; 2. on an unknown outcome, read the key:
+    our exact bytes there means we won, other bytes mean we lost, nothing there means
+    the write did not land and it is safe to try again (bounded).
+
+    Callers make ``data`` unique per writer (an attempt token inside), so reading back
+    our own bytes proves the win was ours.
+
+    Raises:
+        CommitOutcomeUnknown: the outcome stayed unknown after every attempt.
+    """
+    for attempt in range(_RESOLVE_ATTEMPTS):
+        # Step 1: the conditional write.
+        outcome = store.put_if_absent(key, data)
+        if outcome is not WriteOutcome.UNKNOWN:
+            return outcome
+        # Step 2: resolve by reading, never by a blind retry.
+        current = store.get(key)
+        if current is not None:
+            return WriteOutcome.OK if current.data == data else WriteOutcome.CONFLICT
+        time.sleep(min(0.05 * 2**attempt, 1.0))
+    raise CommitOutcomeUnknown(
+        f"put-if-absent of {store.child_url(key)} stayed unknown after {_RESOLVE_ATTEMPTS} "
+        "attempts; check that the store is reachable and run the step again"
+    )
+
+
+def swap(store: ObjectStore, key: str, data: bytes, etag: str) -> WriteOutcome:
+    """Compare-and-swap with ``UNKNOWN`` resolved by reading back (see ``write_once``)."""
+    for attempt in range(_RESOLVE_ATTEMPTS):
+        outcome = store.put_if_match(key, data, etag)
+        if outcome is not WriteOutcome.UNKNOWN:
+            return outcome
+        current = store.get(key)
+        if current is not None and current.data == data:
+            return WriteOutcome.OK
+        if current is None or current.etag != etag:
+            return WriteOutcome.CONFLICT
+        time.sleep(min(0.05 * 2**attempt, 1.0))
+    raise CommitOutcomeUnknown(
+        f"compare-and-swap of {store.child_url(key)} stayed unknown after {_RESOLVE_ATTEMPTS} "
+        "attempts; check that the store is reachable and run the step again"
+    )

@@ -1,0 +1,72 @@
+"""Session fixtures: real services on loopback ports, stopped by process id.
+
+Set MICROCHECKPOINT_KAFKA_BOOTSTRAP / MICROCHECKPOINT_S3_ENDPOINT to run the same suite
+against an external Kafka and S3 (for example the docker compose stack). A service that
+fails to start fails the tests that need it; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from microcheckpoint import devstack
+
+
+@pytest.fixture(scope="session")
+def service_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("service-logs")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(service_log_dir: Path) -> Iterator[devstack.S3Endpoint]:
+    external = os.environ.get(devstack.ENV_S3)
+    if external:
+        yield devstack.S3Endpoint(
+            external,
+            os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
+            os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+            os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        )
+        return
+    service, endpoint = devstack.start_moto(service_log_dir)
+    try:
+        yield endpoint
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(service_log_dir: Path) -> Iterator[str]:
+    external = os.environ.get(devstack.ENV_KAFKA)
+    if external:
+        yield external
+        return
+    service = devstack.start_tansu(service_log_dir)
+    try:
+        yield service.address
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_client(s3_endpoint: devstack.S3Endpoint):
+    from microcheckpoint.adapters.s3 import make_client
+
+    return make_client(
+        s3_endpoint.url, s3_endpoint.region, s3_endpoint.access_key, s3_endpoint.secret_key
+    )
+
+
+@pytest.fixture
+def s3_bucket(s3_client) -> str:
+    """A new, empty bucket for one test."""
+    from microcheckpoint.adapters.s3 import ensure_bucket
+
+    name = f"mcp-{uuid.uuid4().hex[:12]}"
+    ensure_bucket(s3_client, name)
+    return name
