@@ -6,6 +6,7 @@ Messages name the thing, the value and the fix.
 from __future__ import annotations
 
 __all__ = [
+    "AcksMissing",
     "CheckpointDeclined",
     "CheckpointExpired",
     "CheckpointNotFound",
@@ -72,6 +73,10 @@ class CheckpointExpired(MicrocheckpointError):
 
 class CheckpointDeclined(MicrocheckpointError):
     """A task failed or declined the checkpoint."""
+
+
+class AcksMissing(MicrocheckpointError):
+    """The global ack is not there yet: some expected tasks have not acknowledged."""
 
 
 class TooManyFailures(MicrocheckpointError):

@@ -77,5 +77,6 @@ class Layout:
     def failures_reset(self) -> str:
         return f"{self.pipeline}/_failures_reset"
 
-    def savepoint(self, name: str) -> str:
-        return f"{self.pipeline}/savepoints/{name}/"
+    @property
+    def savepoints(self) -> str:
+        return f"{self.pipeline}/savepoints/"

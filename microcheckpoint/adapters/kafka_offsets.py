@@ -1,0 +1,357 @@
+"""Kafka offsets for checkpointed sources: partitions, begin/end, by-time and group offsets.
+
+Works on Apache Kafka and on Tansu 0.6 (the dev broker), whose answers to two requests are
+wrong (DESIGN.md §3): ListOffsets LATEST (corrected with a fetch probe's high watermark) and
+ListOffsets by timestamp (verified by fetching around the answer, else a binary search by
+fetch). All offsets are exclusive-end positions in the Kafka sense: the end offset of a
+partition is one past its last record, and an empty partition has ``end == beginning``.
+
+Not thread-safe: use one ``KafkaOffsets`` per thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import TopicPartition as _KTP
+from kafka import errors as kerr
+from kafka.structs import OffsetAndMetadata
+
+from microcheckpoint.errors import KafkaSourceError
+from microcheckpoint.ids import TopicPartition
+
+__all__ = ["KafkaOffsets"]
+
+_UNREACHABLE = tuple(
+    e for e in (getattr(kerr, "NoBrokersAvailable", None), kerr.KafkaConnectionError) if e
+)
+
+
+def _k(tp: TopicPartition) -> _KTP:
+    return _KTP(tp.topic, tp.partition)
+
+
+class KafkaOffsets:
+    """Offset queries and consumer-group commits against one Kafka cluster.
+
+    Clients are created on first use and closed by ``close()`` (or leaving a ``with`` block);
+    the consumers used to fetch records are created per call and always closed.
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port...]``.
+        client_id: the Kafka client id, visible in broker logs.
+        request_timeout_ms: the limit for each broker request, for connecting at all, and for
+            each fetch probe (end offsets, by-time lookups).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        client_id: str = "microcheckpoint-offsets",
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self._admin: Any = None
+        self._meta: Any = None
+
+    # -- clients -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Turn kafka-python errors raised while doing ``what`` into KafkaSourceError."""
+        try:
+            yield
+        except KafkaSourceError:
+            raise
+        except (*_UNREACHABLE, kerr.KafkaTimeoutError) as exc:
+            raise KafkaSourceError(
+                f"Kafka at bootstrap servers {self.bootstrap_servers!r} did not answer while "
+                f"{what} within request_timeout_ms={self.request_timeout_ms} ({exc}); start the "
+                "broker, or fix `bootstrap_servers` or the network"
+            ) from exc
+        except kerr.KafkaError as exc:
+            raise KafkaSourceError(
+                f"Kafka at {self.bootstrap_servers!r} failed while {what}: {exc!r}; check that "
+                "the topic, partitions and group exist and that this client may use them"
+            ) from exc
+
+    def _consumer(self, **extra: Any) -> Any:
+        config = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "client_id": self.client_id,
+            "request_timeout_ms": self.request_timeout_ms,
+            "bootstrap_timeout_ms": self.request_timeout_ms,
+            "fetch_max_wait_ms": min(50, self.request_timeout_ms // 2),
+            "enable_auto_commit": False,
+            "allow_auto_create_topics": False,
+            "auto_offset_reset": "earliest",
+        }
+        with self._errors("connecting"):
+            return KafkaConsumer(**{**config, **extra})
+
+    def _meta_consumer(self) -> Any:
+        if self._meta is None:
+            self._meta = self._consumer()
+        return self._meta
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            with self._errors("connecting"):
+                self._admin = KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap_servers,
+                    client_id=self.client_id,
+                    request_timeout_ms=self.request_timeout_ms,
+                    bootstrap_timeout_ms=self.request_timeout_ms,
+                )
+        return self._admin
+
+    def close(self) -> None:
+        """Close the clients; the object may be used again (clients are re-created)."""
+        meta, admin, self._meta, self._admin = self._meta, self._admin, None, None
+        try:
+            if meta is not None:
+                meta.close(autocommit=False)
+        finally:
+            if admin is not None:
+                admin.close()
+
+    def __enter__(self) -> KafkaOffsets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- topics and listed offsets -----------------------------------------------------------
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int = 1) -> None:
+        """Create ``topic``; an existing topic is left as it is (its partition count too)."""
+        with (
+            self._errors(f"creating topic {topic!r}"),
+            contextlib.suppress(kerr.TopicAlreadyExistsError),
+        ):
+            self._admin_client().create_topics(
+                {topic: {"num_partitions": partitions, "replication_factor": replication_factor}},
+                wait_for_metadata=True,
+            )
+
+    def partitions(self, topic: str) -> list[TopicPartition]:
+        """The partitions of ``topic``, sorted by number.
+
+        Raises:
+            KafkaSourceError: the topic does not exist, or the broker cannot be reached.
+        """
+        with self._errors(f"describing topic {topic!r}"):
+            (info,) = self._admin_client().describe_topics([topic])
+        if info["error_code"] == kerr.UnknownTopicOrPartitionError.errno or not info["partitions"]:
+            raise KafkaSourceError(
+                f"Kafka topic {topic!r} does not exist on {self.bootstrap_servers!r}; "
+                "create it or fix `topics`"
+            )
+        if info["error_code"]:
+            with self._errors(f"describing topic {topic!r}"):
+                raise kerr.for_code(info["error_code"])(f"topic {topic!r}")
+        return sorted(TopicPartition(topic, p["partition_index"]) for p in info["partitions"])
+
+    def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The first offset still in each partition (0 unless retention or deletion removed
+        records); equal to the end offset when the partition is empty."""
+        tps = list(tps)
+        with self._errors(f"listing beginning offsets of {[str(tp) for tp in tps]}"):
+            got = self._meta_consumer().beginning_offsets(
+                [_k(tp) for tp in tps], timeout_ms=self.request_timeout_ms
+            )
+        return {tp: int(got[_k(tp)]) for tp in tps}
+
+    def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition: one past its last record (exclusive).
+
+        Computed as the larger of the ListOffsets LATEST answer and the high watermark of a
+        fetch from ``max(beginning, listed - 1)``, since Tansu under-reports LATEST. An empty
+        partition gives its beginning offset. Records produced during the call may or may not
+        be counted, as with Kafka's own ``end_offsets``.
+
+        Raises:
+            KafkaSourceError: a partition is unknown, or no fetch answered within
+                ``request_timeout_ms``.
+        """
+        tps = list(tps)
+        if not tps:
+            return {}
+        begin = self.beginning_offsets(tps)
+        with self._errors(f"listing end offsets of {[str(tp) for tp in tps]}"):
+            listed = self._meta_consumer().end_offsets(
+                [_k(tp) for tp in tps], timeout_ms=self.request_timeout_ms
+            )
+        # A new consumer per probe: a partition's high watermark starts as None there, so a
+        # value read below came from a fetch sent by this call, never from an earlier one.
+        probe = self._consumer(max_partition_fetch_bytes=1024)
+        try:
+            with self._errors(f"probing the high watermark of {[str(tp) for tp in tps]}"):
+                probe.assign([_k(tp) for tp in tps])
+                for tp in tps:
+                    probe.seek(_k(tp), max(begin[tp], int(listed[_k(tp)]) - 1))
+                water = self._wait_highwater(probe, tps)
+        finally:
+            probe.close(autocommit=False)
+        return {tp: max(int(listed[_k(tp)]), water[tp]) for tp in tps}
+
+    def _wait_highwater(self, probe: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        while True:
+            water = {tp: probe.highwater(_k(tp)) for tp in tps}
+            missing = [str(tp) for tp, hw in water.items() if hw is None]
+            if not missing:
+                return water
+            if time.monotonic() > deadline:
+                raise KafkaSourceError(
+                    f"no fetch response from {self.bootstrap_servers!r} gave the high watermark "
+                    f"of {missing} within request_timeout_ms={self.request_timeout_ms}; check the "
+                    "broker's health or raise request_timeout_ms"
+                )
+            probe.poll(timeout_ms=100)
+
+    # -- offsets by time ---------------------------------------------------------------------
+
+    def offsets_for_times(
+        self, tps: Iterable[TopicPartition], timestamp_ms: int
+    ) -> dict[TopicPartition, int]:
+        """For each partition, the earliest offset whose record timestamp is >= ``timestamp_ms``,
+        or the end offset when there is no such record (Kafka semantics).
+
+        The broker's answer is trusted only after fetching the record at it (timestamp >=
+        ``timestamp_ms``) and the one just before it (timestamp < ``timestamp_ms``, or the
+        answer is the beginning offset). Otherwise (Tansu answers 0 for any timestamp) the
+        offset is found by a binary search by fetch over ``[beginning, end)``, which assumes
+        timestamps that do not decrease along the partition (LogAppendTime, or CreateTime
+        from one ordered producer). Offset gaps (compaction, transaction markers) are allowed;
+        the result is then the offset of the first record at or after the searched position.
+
+        Raises:
+            KafkaSourceError: ``timestamp_ms`` is negative, or Kafka could not answer.
+        """
+        tps = list(tps)
+        if timestamp_ms < 0:
+            raise KafkaSourceError(
+                f"offsets_for_times timestamp_ms={timestamp_ms} is negative; pass milliseconds "
+                "since the epoch (>= 0)"
+            )
+        if not tps:
+            return {}
+        begin, end = self.beginning_offsets(tps), self.end_offsets(tps)
+        with self._errors(f"listing offsets of {[str(tp) for tp in tps]} at {timestamp_ms}"):
+            answers = self._meta_consumer().offsets_for_times(
+                {_k(tp): timestamp_ms for tp in tps}, timeout_ms=self.request_timeout_ms
+            )
+        reader = self._consumer(max_partition_fetch_bytes=1024)
+        result: dict[TopicPartition, int] = {}
+        try:
+            with self._errors(f"fetching records of {[str(tp) for tp in tps]}"):
+                for tp in tps:
+                    answer = answers.get(_k(tp))
+                    guess = end[tp] if answer is None else int(answer.offset)
+                    span = (begin[tp], end[tp])
+                    found = self._verified(reader, tp, span, guess, timestamp_ms)
+                    if found is None:
+                        found = self._search(reader, tp, span, timestamp_ms)
+                    result[tp] = found
+        finally:
+            reader.close(autocommit=False)
+        return result
+
+    def _verified(
+        self, reader: Any, tp: TopicPartition, span: tuple[int, int], guess: int, ts: int
+    ) -> int | None:
+        """``guess`` normalised to a record offset if it is the answer for ``ts``, else None."""
+        lo, hi = span
+        if not lo <= guess <= hi:
+            return None
+        if guess > lo:
+            before = self._record_at(reader, tp, guess - 1, hi)
+            if before is None or before.offset != guess - 1 or before.timestamp >= ts:
+                return None
+        at = self._record_at(reader, tp, guess, hi)
+        if at is None:
+            return hi
+        return at.offset if at.timestamp >= ts else None
+
+    def _search(self, reader: Any, tp: TopicPartition, span: tuple[int, int], ts: int) -> int:
+        lo, hi = span  # invariant: the answer position lies in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            record = self._record_at(reader, tp, mid, span[1])
+            if record is None or record.timestamp >= ts:
+                hi = mid
+            else:
+                lo = record.offset + 1
+        record = self._record_at(reader, tp, lo, span[1])
+        return span[1] if record is None else record.offset
+
+    def _record_at(self, reader: Any, tp: TopicPartition, offset: int, end: int) -> Any:
+        """The first record at or after ``offset`` and before ``end``, or None."""
+        if offset >= end:
+            return None
+        ktp = _k(tp)
+        reader.assign([ktp])
+        reader.seek(ktp, offset)
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        while time.monotonic() < deadline:
+            for record in reader.poll(timeout_ms=100, max_records=1).get(ktp, []):
+                if record.offset >= offset:
+                    return record if record.offset < end else None
+            if reader.position(ktp) >= end:
+                return None
+        raise KafkaSourceError(
+            f"no record of {tp} at or after offset {offset} arrived from "
+            f"{self.bootstrap_servers!r} within request_timeout_ms={self.request_timeout_ms}; "
+            "check the broker's health or raise request_timeout_ms"
+        )
+
+    # -- consumer groups ---------------------------------------------------------------------
+
+    def commit_group_offsets(
+        self, group_id: str, offsets: dict[TopicPartition, int], metadata: str = ""
+    ) -> None:
+        """Commit ``offsets`` (next offset to read, per partition) for ``group_id``.
+
+        The commit is a standalone (generation-less) commit, as Kafka allows for manually
+        assigned consumers; it fails if the group has live members. Tansu drops ``metadata``.
+        """
+        if not offsets:
+            return
+        bad = {str(tp): off for tp, off in offsets.items() if off < 0}
+        if bad:
+            raise KafkaSourceError(
+                f"group {group_id!r}: offsets to commit must be >= 0, got {bad}; pass the next "
+                "offset to read"
+            )
+        committer = self._consumer(group_id=group_id)
+        try:
+            with self._errors(f"committing offsets of group {group_id!r}"):
+                committer.assign([_k(tp) for tp in offsets])
+                committer.commit(
+                    {_k(tp): OffsetAndMetadata(off, metadata, -1) for tp, off in offsets.items()}
+                )
+        finally:
+            committer.close(autocommit=False)
+
+    def committed_group_offsets(
+        self, group_id: str, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """The offsets committed by ``group_id``; None for a partition without a commit."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        with self._errors(f"reading committed offsets of group {group_id!r}"):
+            got = self._admin_client().list_group_offsets({group_id: [_k(tp) for tp in tps]})
+        per_tp = got.get(group_id, {})
+        out: dict[TopicPartition, int | None] = {}
+        for tp in tps:
+            committed = per_tp.get(_k(tp))
+            out[tp] = None if committed is None or committed.offset < 0 else int(committed.offset)
+        return out

@@ -1,0 +1,126 @@
+"""The versioned ``_metadata`` format: what a completed checkpoint or savepoint holds.
+
+Version 1 is JSON with ``"format": "microcheckpoint/metadata"``. A file of another
+format is refused as foreign; a newer version is refused with the fix (upgrade).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from microcheckpoint.barrier import Barrier
+from microcheckpoint.errors import MetadataFormatError
+from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
+from microcheckpoint.pending import Ack, StateHandle
+
+__all__ = ["FORMAT", "VERSION", "CheckpointMetadata", "decode_metadata", "encode_metadata"]
+
+FORMAT = "microcheckpoint/metadata"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class CheckpointMetadata:
+    """Everything needed to restore: offsets, state handles per task, config, timings.
+
+    ``kind`` is ``checkpoint`` or ``savepoint``. ``relative`` handles (savepoints)
+    are keys relative to the folder holding this ``_metadata``.
+    """
+
+    pipeline: str
+    checkpoint_id: CheckpointId
+    attempt: int
+    barrier: Barrier
+    acks: Mapping[TaskId, Ack]
+    trigger_time_ms: int
+    completed_time_ms: int
+    config: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "checkpoint"
+    relative: bool = False
+    base: int | None = None
+    writer: str = ""
+
+    @property
+    def offsets(self) -> dict[TopicPartition, int]:
+        """Source offsets: the next offset to read per partition (barrier ends, I1)."""
+        return self.barrier.ends
+
+    @property
+    def handles(self) -> list[StateHandle]:
+        return [h for ack in self.acks.values() for h in ack.handles]
+
+    @property
+    def state_size(self) -> int:
+        return sum(h.size for h in self.handles)
+
+    @property
+    def duration_ms(self) -> int:
+        return self.completed_time_ms - self.trigger_time_ms
+
+
+def encode_metadata(meta: CheckpointMetadata) -> bytes:
+    body = {
+        "format": FORMAT,
+        "version": VERSION,
+        "kind": meta.kind,
+        "pipeline": meta.pipeline,
+        "checkpoint_id": meta.checkpoint_id.value,
+        "attempt": meta.attempt,
+        "trigger_time_ms": meta.trigger_time_ms,
+        "completed_time_ms": meta.completed_time_ms,
+        "barrier": meta.barrier.to_json(),
+        "offsets": {str(tp): off for tp, off in sorted(meta.offsets.items())},
+        "tasks": {str(t): a.to_json() for t, a in sorted(meta.acks.items(), key=lambda i: str(i[0]))},
+        "config": dict(meta.config),
+        "relative": meta.relative,
+        "base": meta.base,
+        "writer": meta.writer,
+    }
+    return json.dumps(body, indent=1, sort_keys=True).encode()
+
+
+def decode_metadata(data: bytes, source: str) -> CheckpointMetadata:
+    """Parse ``_metadata`` bytes read from ``source`` (named in every error).
+
+    Raises:
+        MetadataFormatError: not JSON, not our format, a newer version, or malformed.
+    """
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MetadataFormatError(
+            f"{source} is corrupt (not JSON: {exc}); restore from another checkpoint or savepoint"
+        ) from exc
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        found = body.get("format") if isinstance(body, dict) else type(body).__name__
+        raise MetadataFormatError(
+            f"{source} is not a microcheckpoint _metadata (format {found!r}, expected {FORMAT!r}); "
+            "point the restore at a checkpoint or savepoint written by microcheckpoint"
+        )
+    version = body.get("version")
+    if not isinstance(version, int) or version > VERSION or version < 1:
+        raise MetadataFormatError(
+            f"{source} has format version {version!r}; this microcheckpoint reads versions 1..{VERSION}. "
+            "Upgrade microcheckpoint to read it"
+        )
+    try:
+        acks = {TaskId.parse(k): Ack.from_json(v) for k, v in body["tasks"].items()}
+        return CheckpointMetadata(
+            pipeline=str(body["pipeline"]),
+            checkpoint_id=CheckpointId(int(body["checkpoint_id"])),
+            attempt=int(body["attempt"]),
+            barrier=Barrier.from_json(body["barrier"]),
+            acks=acks,
+            trigger_time_ms=int(body["trigger_time_ms"]),
+            completed_time_ms=int(body["completed_time_ms"]),
+            config=dict(body.get("config", {})),
+            kind=str(body.get("kind", "checkpoint")),
+            relative=bool(body.get("relative", False)),
+            base=body.get("base"),
+            writer=str(body.get("writer", "")),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise MetadataFormatError(f"{source} is malformed ({exc!r}); it cannot be restored") from exc

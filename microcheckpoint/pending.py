@@ -1,0 +1,129 @@
+"""Pending checkpoints: the ack bookkeeping between trigger and the global ack."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from microcheckpoint.errors import MetadataFormatError
+from microcheckpoint.ids import CheckpointId, TaskId
+
+__all__ = ["Ack", "AckResult", "PendingCheckpoint", "StateHandle"]
+
+
+class AckResult(Enum):
+    """What became of an acknowledgement."""
+
+    SUCCESS = "success"  # recorded; counts toward the global ack
+    DUPLICATE = "duplicate"  # this task already acked this attempt; ignored
+    UNKNOWN = "unknown"  # the task is not expected by this checkpoint (or attempt unknown)
+    DISCARDED = "discarded"  # the checkpoint is no longer pending, or the ack is from an old attempt
+
+
+@dataclass(frozen=True)
+class StateHandle:
+    """One state file: its key in checkpoint storage, size, and the key groups it holds."""
+
+    key: str
+    size: int
+    key_groups: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "size": self.size}
+        if self.key_groups:
+            out["key_groups"] = list(self.key_groups)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StateHandle:
+        return cls(str(data["key"]), int(data["size"]), tuple(int(k) for k in data.get("key_groups", ())))
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A task's acknowledgement: its snapshot's handles and small inline state.
+
+    ``operator_state`` is JSON-able state small enough to live in ``_metadata``
+    (for example a source subtask's ``{"topic:partition": next_offset}``).
+    """
+
+    task: TaskId
+    attempt: int
+    handles: tuple[StateHandle, ...] = ()
+    operator_state: Mapping[str, Any] = field(default_factory=dict)
+    duration_ms: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(h.size for h in self.handles)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": str(self.task),
+            "attempt": self.attempt,
+            "handles": [h.to_json() for h in self.handles],
+            "operator_state": dict(self.operator_state),
+            "duration_ms": self.duration_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Ack:
+        try:
+            return cls(
+                TaskId.parse(data["task"]),
+                int(data["attempt"]),
+                tuple(StateHandle.from_json(h) for h in data.get("handles", ())),
+                dict(data.get("operator_state", {})),
+                int(data.get("duration_ms", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataFormatError(f"ack is malformed: {exc}") from exc
+
+
+@dataclass
+class PendingCheckpoint:
+    """A triggered checkpoint waiting for every expected task of its current attempt.
+
+    ``attempt`` is the current processing attempt; acks from an older attempt are
+    discarded (a zombie's late ack must not complete the new attempt's checkpoint).
+    """
+
+    checkpoint_id: CheckpointId
+    trigger_time_ms: int
+    expected: frozenset[TaskId]
+    attempt: int = 0
+    acks: dict[TaskId, Ack] = field(default_factory=dict)
+    disposed: bool = False
+
+    def acknowledge(self, ack: Ack) -> AckResult:
+        if self.disposed or ack.attempt < self.attempt:
+            return AckResult.DISCARDED
+        if ack.task not in self.expected or ack.attempt > self.attempt:
+            return AckResult.UNKNOWN
+        if ack.task in self.acks:
+            return AckResult.DUPLICATE
+        self.acks[ack.task] = ack
+        return AckResult.SUCCESS
+
+    @property
+    def missing(self) -> frozenset[TaskId]:
+        return self.expected - set(self.acks)
+
+    @property
+    def fully_acknowledged(self) -> bool:
+        return not self.disposed and not self.missing
+
+    def is_expired(self, now_ms: int, timeout_ms: int) -> bool:
+        return now_ms - self.trigger_time_ms > timeout_ms
+
+    def begin_attempt(self, attempt: int) -> None:
+        """Start a new processing attempt: acks of older attempts no longer count."""
+        if attempt > self.attempt:
+            self.attempt = attempt
+            self.acks.clear()
+
+    def replay(self, acks: Iterable[Ack]) -> None:
+        for ack in sorted(acks, key=lambda a: str(a.task)):
+            self.acknowledge(ack)

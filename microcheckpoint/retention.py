@@ -1,0 +1,109 @@
+"""Retention and cleanup: keep ``retained`` completed checkpoints, delete what nothing references.
+
+Reference counting: a state file may be referenced by several completed checkpoints
+(incremental snapshots reuse unchanged key groups). A file is deleted only when no
+retained checkpoint, no in-flight checkpoint's ack and no active restore references it
+(I5). Savepoints live under ``savepoints/`` and are never touched here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from microcheckpoint import layout as names
+from microcheckpoint.completed import CheckpointStatus, PipelineView, read_json, scan
+from microcheckpoint.ids import CheckpointId
+from microcheckpoint.layout import Layout
+from microcheckpoint.pending import Ack
+from microcheckpoint.storage.port import ObjectStore
+
+__all__ = ["cleanup_checkpoint", "enforce_retention", "reference_counts"]
+
+
+def _is_protocol(name: str) -> bool:
+    return name in names.PROTOCOL_FILES or name.startswith(names.ATTEMPT_PREFIX)
+
+
+def cleanup_checkpoint(store: ObjectStore, layout: Layout, cid: CheckpointId, keep: set[str]) -> int:
+    """Delete files in ``chk-<n>/`` other than protocol markers and ``keep``; returns the count."""
+    prefix = layout.chk(cid)
+    deleted = 0
+    for key in list(store.list(prefix)):
+        if _is_protocol(key[len(prefix) :]) or key in keep:
+            continue
+        store.delete(key)
+        deleted += 1
+    return deleted
+
+
+def _restore_marker(store: ObjectStore, layout: Layout) -> dict | None:
+    return read_json(store, layout.restore)
+
+
+def reference_counts(view: PipelineView, retained: int) -> tuple[set[CheckpointId], Counter[str]]:
+    """The checkpoints retention keeps, and how many of them (or in-flight acks) reference each file."""
+    completed = view.completed
+    kept = set(completed[-retained:])
+    in_flight = view.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETING)
+    for cid in in_flight:
+        base = view.pending_record(cid).get("base")
+        if base is not None and CheckpointId(base) in view.records:
+            if view.records[CheckpointId(base)].status is CheckpointStatus.COMPLETED:
+                kept.add(CheckpointId(base))
+    marker = _restore_marker(view.store, view.layout)
+    if marker is not None and marker.get("pipeline_checkpoint") is not None:
+        since = [c for c in completed if c.value > int(marker["after_id"])]
+        restored = CheckpointId(int(marker["pipeline_checkpoint"]))
+        if not since and restored in view.records:
+            kept.add(restored)
+    refs: Counter[str] = Counter()
+    for cid in kept:
+        refs.update(h.key for h in view.metadata(cid).handles)
+    if marker is not None and not [c for c in completed if c.value > int(marker["after_id"])]:
+        refs.update(marker.get("handle_keys", ()))
+    for cid in in_flight:
+        for key in view.records[cid].keys:
+            if "/acks/" in key:
+                obj = view.store.get(key)
+                if obj is not None:
+                    refs.update(h.key for h in Ack.from_json(json.loads(obj.data)).handles)
+    return kept, refs
+
+
+def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list[CheckpointId]:
+    """Drop completed checkpoints beyond the newest ``retained`` and old aborted ones.
+
+    Steps: 1. decide what is kept and count references; 2. for each dropped checkpoint,
+    delete ``_metadata`` first (it stops being restorable), then every file nothing
+    references; 3. strip aborted checkpoints that stay (as history) of their files.
+    Returns the ids dropped.
+    """
+    view = scan(store, layout)
+    # Step 1: what stays and what it references.
+    kept, refs = reference_counts(view, retained)
+    oldest_kept = min(kept) if kept else None
+    dropped = []
+    for cid, record in sorted(view.records.items()):
+        status = record.status
+        drop = (
+            (status is CheckpointStatus.COMPLETED and cid not in kept)
+            or (status is CheckpointStatus.ABORTED and oldest_kept is not None and cid < oldest_kept)
+            or status is CheckpointStatus.DISCARDED
+        )
+        if drop:
+            # Step 2: the commit point goes first, then everything unreferenced.
+            if status is CheckpointStatus.COMPLETED:
+                store.delete(layout.metadata(cid))
+            for key in record.keys:
+                if refs[key] == 0:
+                    store.delete(key)
+            if status is not CheckpointStatus.DISCARDED:
+                dropped.append(cid)
+        elif status is CheckpointStatus.ABORTED:
+            # Step 3: an aborted checkpoint keeps only its markers.
+            prefix = layout.chk(cid)
+            for key in record.keys:
+                if not _is_protocol(key[len(prefix) :]) and refs[key] == 0:
+                    store.delete(key)
+    return dropped

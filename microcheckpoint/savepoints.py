@@ -1,0 +1,228 @@
+"""Savepoints and choosing what to restore.
+
+A savepoint is a self-contained copy of a completed checkpoint: every state file is
+copied next to its ``_metadata`` and referenced by a relative key, so the folder can be
+moved, and it is never subsumed or deleted by retention. Restoring writes the pipeline's
+``_restore`` marker; the next trigger starts from the restored offsets (DESIGN §4).
+
+Claim modes (as in Flink): ``NO_CLAIM`` (default) leaves the restored files alone and
+makes the first checkpoint after the restore a full snapshot; ``CLAIM`` lets the pipeline
+reference them from incremental checkpoints (so they must stay while referenced).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from microcheckpoint.completed import PipelineView, scan
+from microcheckpoint.errors import (
+    CheckpointNotFound,
+    IncompatibleCheckpoint,
+    MetadataFormatError,
+    RestoreError,
+)
+from microcheckpoint.ids import CheckpointId
+from microcheckpoint.layout import Layout
+from microcheckpoint.metadata import CheckpointMetadata, decode_metadata, encode_metadata
+from microcheckpoint.pending import StateHandle
+from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
+
+__all__ = [
+    "ClaimMode",
+    "RestorePoint",
+    "choose_restore",
+    "create_savepoint",
+    "list_savepoints",
+    "read_savepoint",
+    "restore",
+]
+
+log = logging.getLogger(__name__)
+
+
+class ClaimMode(str, Enum):
+    NO_CLAIM = "NO_CLAIM"
+    CLAIM = "CLAIM"
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    """What a restore starts from; ``note`` says loudly when it fell back to an older checkpoint."""
+
+    location: str
+    metadata: CheckpointMetadata
+    store: ObjectStore
+    prefix: str  # folder of the _metadata inside ``store``
+    note: str = ""
+
+    def handle_keys(self) -> list[str]:
+        """Store keys of every state file (relative handles resolved against ``prefix``)."""
+        if self.metadata.relative:
+            return [self.prefix + h.key for h in self.metadata.handles]
+        return [h.key for h in self.metadata.handles]
+
+
+def _check_files(store: ObjectStore, keys: list[str]) -> str | None:
+    for key in keys:
+        if not store.exists(key):
+            return f"state file {store.child_url(key)} is missing"
+    return None
+
+
+def create_savepoint(
+    store: ObjectStore,
+    pipeline: str,
+    checkpoint: CheckpointId | None = None,
+    target: ObjectStore | None = None,
+    target_prefix: str | None = None,
+) -> str:
+    """Copy a completed checkpoint (default: the latest) into a self-contained savepoint.
+
+    Steps: 1. read the checkpoint's ``_metadata``; 2. copy every state file under the
+    savepoint folder; 3. write the savepoint's ``_metadata`` last, put-if-absent, so a
+    savepoint is either whole or absent. Returns the savepoint's URL.
+    """
+    layout = Layout(pipeline)
+    view = scan(store, layout)
+    cid = checkpoint or view.latest_completed
+    if cid is None or cid not in view.completed:
+        raise CheckpointNotFound(
+            f"pipeline {pipeline!r} has no completed checkpoint {cid or ''} to take a savepoint "
+            f"from (completed: {[c.value for c in view.completed]}); run a checkpoint first"
+        )
+    # Step 1: the source.
+    meta = view.metadata(cid)
+    target = target or store
+    name = f"savepoint-{cid.value:010d}-{uuid.uuid4().hex[:6]}"
+    prefix = (target_prefix or layout.savepoints).rstrip("/") + "/" + name + "/"
+    # Step 2: copy state files; handles become relative to the savepoint folder.
+    acks = {}
+    for task, ack in meta.acks.items():
+        handles = []
+        for handle in ack.handles:
+            obj = store.get(handle.key)
+            if obj is None:
+                raise RestoreError(f"checkpoint {cid}: {store.child_url(handle.key)} is missing")
+            relative = "files/" + handle.key.split("/", 1)[1]
+            target.put(prefix + relative, obj.data)
+            handles.append(StateHandle(relative, handle.size, handle.key_groups))
+        acks[task] = replace(ack, handles=tuple(handles))
+    # Step 3: the savepoint's commit point.
+    saved = replace(meta, acks=acks, kind="savepoint", relative=True)
+    if write_once(target, prefix + "_metadata", encode_metadata(saved)) is not WriteOutcome.OK:
+        raise RestoreError(f"savepoint {target.child_url(prefix)} already exists")
+    return target.child_url(prefix + "_metadata").rsplit("/", 1)[0]
+
+
+def read_savepoint(store: ObjectStore, prefix: str) -> RestorePoint:
+    """Read the savepoint (or checkpoint) folder ``prefix`` in ``store``."""
+    prefix = prefix.rstrip("/") + "/"
+    key = prefix + "_metadata"
+    obj = store.get(key)
+    if obj is None:
+        raise CheckpointNotFound(
+            f"no _metadata at {store.child_url(key)}; give the folder of a savepoint or checkpoint"
+        )
+    meta = decode_metadata(obj.data, store.child_url(key))
+    return RestorePoint(store.child_url(prefix.rstrip("/")), meta, store, prefix)
+
+
+def list_savepoints(store: ObjectStore, pipeline: str) -> list[str]:
+    """Savepoint folders (keys) under the pipeline's ``savepoints/``, oldest first."""
+    base = Layout(pipeline).savepoints
+    return sorted(k[: -len("_metadata")] for k in store.list(base) if k.endswith("/_metadata"))
+
+
+def choose_restore(
+    store: ObjectStore,
+    pipeline: str,
+    checkpoint: CheckpointId | None = None,
+    savepoint: tuple[ObjectStore, str] | None = None,
+) -> RestorePoint | None:
+    """Pick what to restore: a given savepoint, a given checkpoint, or the latest completed.
+
+    The latest completed checkpoint is verified (``_metadata`` readable, every state
+    file present); if it is not usable, the previous retained one is used and
+    ``note`` says why. Returns None for a pipeline with no completed checkpoint.
+
+    Raises:
+        IncompatibleCheckpoint: the savepoint or checkpoint belongs to another pipeline.
+        CheckpointNotFound: the requested checkpoint is not completed or does not exist.
+    """
+    if savepoint is not None:
+        point = read_savepoint(*savepoint)
+        _check_pipeline(point, pipeline)
+        return point
+    layout = Layout(pipeline)
+    view = scan(store, layout)
+    if checkpoint is not None:
+        if checkpoint not in view.completed:
+            raise CheckpointNotFound(
+                f"checkpoint {checkpoint} of {pipeline!r} is not a completed checkpoint "
+                f"(completed: {[c.value for c in view.completed]})"
+            )
+        point = _checkpoint_point(view, checkpoint)
+        _check_pipeline(point, pipeline)
+        return point
+    problems = []
+    for cid in reversed(view.completed):
+        try:
+            point = _checkpoint_point(view, cid)
+        except MetadataFormatError as exc:
+            problems.append(f"checkpoint {cid}: {exc}")
+            continue
+        missing = _check_files(store, point.handle_keys())
+        if missing:
+            problems.append(f"checkpoint {cid}: {missing}")
+            continue
+        if problems:
+            note = "FELL BACK to checkpoint {} because {}".format(cid, "; ".join(problems))
+            log.error("pipeline %s: %s", pipeline, note)
+            return replace(point, note=note)
+        return point
+    if problems:
+        raise RestoreError(f"no completed checkpoint of {pipeline!r} is usable: {'; '.join(problems)}")
+    return None
+
+
+def _checkpoint_point(view: PipelineView, cid: CheckpointId) -> RestorePoint:
+    prefix = view.layout.chk(cid)
+    return RestorePoint(view.store.child_url(prefix.rstrip("/")), view.metadata(cid), view.store, prefix)
+
+
+def _check_pipeline(point: RestorePoint, pipeline: str) -> None:
+    if point.metadata.pipeline != pipeline:
+        raise IncompatibleCheckpoint(
+            f"{point.location} belongs to pipeline {point.metadata.pipeline!r}, not {pipeline!r}; "
+            "restore a savepoint taken from this pipeline"
+        )
+
+
+def restore(store: ObjectStore, pipeline: str, point: RestorePoint, claim_mode: ClaimMode) -> dict:
+    """Re-base ``pipeline`` on ``point``: the next checkpoint starts from its offsets.
+
+    Writes ``<pipeline>/_restore``; checkpoints already stored stay untouched.
+    """
+    _check_pipeline(point, pipeline)
+    layout = Layout(pipeline)
+    view = scan(store, layout)
+    own = point.store is store and point.prefix.startswith(layout.root + "chk-")
+    marker = {
+        "source": point.location,
+        "kind": point.metadata.kind,
+        "checkpoint_id": point.metadata.checkpoint_id.value,
+        "pipeline_checkpoint": point.metadata.checkpoint_id.value if own else None,
+        "claim_mode": ClaimMode(claim_mode).value,
+        "first_snapshot_full": ClaimMode(claim_mode) is ClaimMode.NO_CLAIM,
+        "after_id": view.max_id.value if view.max_id else 0,
+        "offsets": {str(tp): off for tp, off in sorted(point.metadata.offsets.items())},
+        "handle_keys": point.handle_keys() if point.store is store else [],
+        "note": point.note,
+    }
+    store.put(layout.restore, json.dumps(marker, sort_keys=True).encode())
+    return marker
+
