@@ -54,9 +54,12 @@ class Barrier:
     def from_json(cls, data: Any) -> Barrier:
         try:
             return cls(
-                {TopicPartition.parse(k): OffsetRange(int(v[0]), int(v[1])) for k, v in data.items()}
+                {
+                    TopicPartition.parse(k): OffsetRange(int(v[0]), int(v[1]))
+                    for k, v in data.items()
+                }
             )
-        except (AttributeError, TypeError, ValueError, IndexError) as exc:
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
             raise MetadataFormatError(f"barrier is malformed: {exc}") from exc
 
 

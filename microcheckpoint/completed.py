@@ -146,24 +146,26 @@ def scan(store: ObjectStore, layout: Layout) -> PipelineView:
     for cid, keys in sorted(by_id.items()):
         base = layout.chk(cid)
         files = {k[len(base) :] for k in keys}
-        attempts = [int(f[len(names.ATTEMPT_PREFIX) :]) for f in files if f.startswith(names.ATTEMPT_PREFIX)]
+        attempts = [
+            int(f[len(names.ATTEMPT_PREFIX) :]) for f in files if f.startswith(names.ATTEMPT_PREFIX)
+        ]
         outcome = None
         if names.METADATA in files:
             status = CheckpointStatus.COMPLETED
+        elif names.PENDING not in files:
+            status = CheckpointStatus.DISCARDED  # dropped (retention deletes _pending first)
         elif names.OUTCOME in files:
             outcome = read_json(store, layout.outcome(cid))
             completed = outcome is not None and outcome.get("outcome") == "COMPLETED"
             status = CheckpointStatus.COMPLETING if completed else CheckpointStatus.ABORTED
-        elif names.PENDING in files:
-            status = CheckpointStatus.PENDING
         else:
-            status = CheckpointStatus.DISCARDED
+            status = CheckpointStatus.PENDING
         records.append(
             CheckpointRecord(
                 cid,
                 status,
                 keys,
-                attempt=max(attempts, default=0),
+                attempt=max(attempts, default=1),
                 outcome=outcome,
                 notified=names.NOTIFIED in files,
             )

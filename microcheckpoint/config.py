@@ -8,6 +8,7 @@ Durations accept seconds (``30``, ``1.5``) or strings with a unit (``"500ms"``,
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -60,15 +61,19 @@ class StartupMode(str, Enum):
 def parse_duration(name: str, value: object) -> float:
     """Seconds from a number or a string with a unit; negative values are refused."""
     if isinstance(value, bool):
-        raise ConfigError(name, value, "a duration: seconds or a string like '500ms', '30s', '10min'")
+        raise ConfigError(
+            name, value, "a duration: seconds or a string like '500ms', '30s', '10min'"
+        )
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str) and (match := _DURATION.match(value)):
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     else:
-        raise ConfigError(name, value, "a duration: seconds or a string like '500ms', '30s', '10min'")
-    if seconds < 0:
-        raise ConfigError(name, value, "a duration >= 0")
+        raise ConfigError(
+            name, value, "a duration: seconds or a string like '500ms', '30s', '10min'"
+        )
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(name, value, "a finite duration >= 0")
     return seconds
 
 
@@ -139,7 +144,9 @@ class CheckpointConfig:
         known = {f.name for f in fields(cls)} - {"extra"}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(unknown[0], values[unknown[0]], f"not a setting; known: {', '.join(sorted(known))}")
+            raise ConfigError(
+                unknown[0], values[unknown[0]], f"not a setting; known: {', '.join(sorted(known))}"
+            )
         for required in ("pipeline", "storage"):
             if not values.get(required):
                 raise ConfigError(required, values.get(required), "required")
@@ -148,7 +155,9 @@ class CheckpointConfig:
         if not isinstance(pipeline, str) or not _NAME.match(pipeline):
             raise ConfigError("pipeline", pipeline, "1-128 characters of A-Z a-z 0-9 . _ -")
         storage = v["storage"]
-        if not isinstance(storage, str) or not re.match(r"^(file:///|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$))", storage):
+        if not isinstance(storage, str) or not re.match(
+            r"^(file:///|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$))", storage
+        ):
             raise ConfigError(
                 "storage", storage, "a root URL: file:///absolute/path or s3://bucket[/prefix]"
             )
@@ -159,6 +168,11 @@ class CheckpointConfig:
             isinstance(t, str) and re.match(r"^[A-Za-z0-9._-]{1,249}$", t) for t in topics
         ):
             raise ConfigError("topics", topics, "a list of Kafka topic names")
+        group_id = v.get("group_id", "")
+        if not isinstance(group_id, str) or (group_id and not _NAME.match(group_id)):
+            raise ConfigError(
+                "group_id", group_id, "a Kafka group id: 1-128 characters of A-Z a-z 0-9 . _ -"
+            )
         interval = v.get("interval")
         max_records = v.get("max_records_per_epoch")
         startup_ts = v.get("startup_timestamp_ms")
@@ -166,7 +180,7 @@ class CheckpointConfig:
             pipeline=pipeline,
             storage=storage.rstrip("/") if storage.startswith("s3://") else storage,
             topics=tuple(topics),
-            group_id=str(v.get("group_id", "")),
+            group_id=group_id,
             interval=None if interval is None else parse_duration("interval", interval),
             mode=_enum("mode", CheckpointingMode, v.get("mode", CheckpointingMode.EXACTLY_ONCE)),
             timeout=parse_duration("timeout", v.get("timeout", 600.0)),
@@ -213,8 +227,10 @@ class CheckpointConfig:
             if f.name == "extra":
                 continue
             value = getattr(self, f.name)
-            out[f.name] = value.value if isinstance(value, Enum) else (
-                list(value) if isinstance(value, tuple) else value
+            out[f.name] = (
+                value.value
+                if isinstance(value, Enum)
+                else (list(value) if isinstance(value, tuple) else value)
             )
         return out
 
@@ -229,7 +245,12 @@ def load_config(path: str | Path) -> CheckpointConfig:
     try:
         data = tomllib.loads(raw.decode()) if path.suffix == ".toml" else json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError("config file", str(path), f"valid {path.suffix[1:] or 'JSON'}: {exc}") from exc
+        raise ConfigError(
+            "config file", str(path), f"valid {path.suffix[1:] or 'JSON'}: {exc}"
+        ) from exc
     if not isinstance(data, dict):
         raise ConfigError("config file", str(path), "a table of settings at the top level")
-    return CheckpointConfig.from_mapping(data.get("checkpointing", data))
+    section = data.get("checkpointing", data)
+    if not isinstance(section, dict):
+        raise ConfigError("checkpointing", section, "a table of settings")
+    return CheckpointConfig.from_mapping(section)

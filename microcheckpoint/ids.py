@@ -11,6 +11,10 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _UID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclass(frozen=True, order=True)
 class CheckpointId:
     """Checkpoint (epoch) number; the first checkpoint of a pipeline is 1."""
@@ -47,12 +51,16 @@ class TopicPartition:
     partition: int
 
     def __post_init__(self) -> None:
-        if not _TOPIC.match(self.topic):
+        if (
+            not isinstance(self.topic, str)
+            or not _TOPIC.match(self.topic)
+            or self.topic in (".", "..")
+        ):
             raise ValueError(
                 f"topic name {self.topic!r} is not a valid Kafka topic name "
-                "(1-249 characters of A-Z a-z 0-9 . _ -)"
+                "(1-249 characters of A-Z a-z 0-9 . _ -, not '.' or '..')"
             )
-        if not isinstance(self.partition, int) or self.partition < 0:
+        if not _is_index(self.partition):
             raise ValueError(f"partition of {self.topic!r} must be >= 0, got {self.partition!r}")
 
     def __str__(self) -> str:
@@ -89,7 +97,7 @@ class KeyGroup:
     index: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.index, int) or self.index < 0:
+        if not _is_index(self.index):
             raise ValueError(f"key group must be >= 0, got {self.index!r}")
 
 
@@ -101,7 +109,7 @@ class TaskId:
     subtask: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.subtask, int) or self.subtask < 0:
+        if not _is_index(self.subtask):
             raise ValueError(f"subtask index of {self.uid} must be >= 0, got {self.subtask!r}")
 
     def __str__(self) -> str:

@@ -2,9 +2,10 @@
 
 ``<pipeline>/chk-<n>/`` holds one checkpoint:
 
-- ``_pending``   trigger record (id, time, expected tasks, base), written put-if-absent: allocates n
-- ``_barrier``   the offset range ``[start, end)`` of every source partition
-- ``_attempt-<k>`` one marker per processing attempt; acks of older attempts are discarded
+- ``_pending``   trigger record (id, time, expected tasks, base, and barrier n: the offset
+  range ``[start, end)`` of every source partition), written put-if-absent: allocates n
+- ``_attempt-<k>`` one marker per processing attempt after the first (attempt 1 is
+  implicit); acks of older attempts are discarded
 - ``acks/<k>/<uid#subtask>.json`` one ack per task and attempt, written put-if-absent
 - ``_outcome``   COMPLETED or ABORTED (with the reason), written put-if-absent: one outcome only
 - ``_metadata``  the completed checkpoint, written put-if-absent: the commit point (I2)
@@ -23,12 +24,11 @@ from microcheckpoint.ids import CheckpointId, TaskId
 __all__ = ["Layout", "PROTOCOL_FILES"]
 
 PENDING = "_pending"
-BARRIER = "_barrier"
 OUTCOME = "_outcome"
 METADATA = "_metadata"
 NOTIFIED = "_notified"
 ATTEMPT_PREFIX = "_attempt-"
-PROTOCOL_FILES = frozenset({PENDING, BARRIER, OUTCOME, METADATA, NOTIFIED})
+PROTOCOL_FILES = frozenset({PENDING, OUTCOME, METADATA, NOTIFIED})
 
 
 class Layout:
@@ -43,9 +43,6 @@ class Layout:
 
     def pending(self, cid: CheckpointId) -> str:
         return self.chk(cid) + PENDING
-
-    def barrier(self, cid: CheckpointId) -> str:
-        return self.chk(cid) + BARRIER
 
     def outcome(self, cid: CheckpointId) -> str:
         return self.chk(cid) + OUTCOME

@@ -73,7 +73,9 @@ def encode_metadata(meta: CheckpointMetadata) -> bytes:
         "completed_time_ms": meta.completed_time_ms,
         "barrier": meta.barrier.to_json(),
         "offsets": {str(tp): off for tp, off in sorted(meta.offsets.items())},
-        "tasks": {str(t): a.to_json() for t, a in sorted(meta.acks.items(), key=lambda i: str(i[0]))},
+        "tasks": {
+            str(t): a.to_json() for t, a in sorted(meta.acks.items(), key=lambda i: str(i[0]))
+        },
         "config": dict(meta.config),
         "relative": meta.relative,
         "base": meta.base,
@@ -122,5 +124,9 @@ def decode_metadata(data: bytes, source: str) -> CheckpointMetadata:
             base=body.get("base"),
             writer=str(body.get("writer", "")),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise MetadataFormatError(f"{source} is malformed ({exc!r}); it cannot be restored") from exc
+    except (KeyError, TypeError, ValueError, AttributeError, MetadataFormatError) as exc:
+        problem = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+        raise MetadataFormatError(
+            f"{source} is malformed ({problem}); it cannot be restored: restore from another "
+            "checkpoint or savepoint"
+        ) from exc

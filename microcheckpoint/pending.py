@@ -19,7 +19,9 @@ class AckResult(Enum):
     SUCCESS = "success"  # recorded; counts toward the global ack
     DUPLICATE = "duplicate"  # this task already acked this attempt; ignored
     UNKNOWN = "unknown"  # the task is not expected by this checkpoint (or attempt unknown)
-    DISCARDED = "discarded"  # the checkpoint is no longer pending, or the ack is from an old attempt
+    DISCARDED = (
+        "discarded"  # the checkpoint is no longer pending, or the ack is from an old attempt
+    )
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,9 @@ class StateHandle:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StateHandle:
-        return cls(str(data["key"]), int(data["size"]), tuple(int(k) for k in data.get("key_groups", ())))
+        return cls(
+            str(data["key"]), int(data["size"]), tuple(int(k) for k in data.get("key_groups", ()))
+        )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ def _is_protocol(name: str) -> bool:
     return name in names.PROTOCOL_FILES or name.startswith(names.ATTEMPT_PREFIX)
 
 
-def cleanup_checkpoint(store: ObjectStore, layout: Layout, cid: CheckpointId, keep: set[str]) -> int:
+def cleanup_checkpoint(
+    store: ObjectStore, layout: Layout, cid: CheckpointId, keep: set[str]
+) -> int:
     """Delete files in ``chk-<n>/`` other than protocol markers and ``keep``; returns the count."""
     prefix = layout.chk(cid)
     deleted = 0
@@ -48,9 +50,9 @@ def reference_counts(view: PipelineView, retained: int) -> tuple[set[CheckpointI
     in_flight = view.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETING)
     for cid in in_flight:
         base = view.pending_record(cid).get("base")
-        if base is not None and CheckpointId(base) in view.records:
-            if view.records[CheckpointId(base)].status is CheckpointStatus.COMPLETED:
-                kept.add(CheckpointId(base))
+        base_record = view.records.get(CheckpointId(base)) if base is not None else None
+        if base_record is not None and base_record.status is CheckpointStatus.COMPLETED:
+            kept.add(base_record.checkpoint_id)
     marker = _restore_marker(view.store, view.layout)
     if marker is not None and marker.get("pipeline_checkpoint") is not None:
         since = [c for c in completed if c.value > int(marker["after_id"])]
@@ -75,24 +77,34 @@ def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list
     """Drop completed checkpoints beyond the newest ``retained`` and old aborted ones.
 
     Steps: 1. decide what is kept and count references; 2. for each dropped checkpoint,
-    delete ``_metadata`` first (it stops being restorable), then every file nothing
-    references; 3. strip aborted checkpoints that stay (as history) of their files.
-    Returns the ids dropped.
+    delete ``_pending`` and ``_metadata`` first (it stops being restorable), then every
+    file nothing references; 3. in checkpoints that stay and are not in flight (kept completed ones,
+    aborted ones kept as history), delete every file other than the protocol markers that
+    nothing references (other attempts' state, acks folded into ``_metadata``, a zombie's
+    late writes). Returns the ids dropped.
     """
     view = scan(store, layout)
     # Step 1: what stays and what it references.
     kept, refs = reference_counts(view, retained)
     oldest_kept = min(kept) if kept else None
+    in_flight = (CheckpointStatus.PENDING, CheckpointStatus.COMPLETING)
     dropped = []
     for cid, record in sorted(view.records.items()):
         status = record.status
+        if status in in_flight:
+            continue
         drop = (
             (status is CheckpointStatus.COMPLETED and cid not in kept)
-            or (status is CheckpointStatus.ABORTED and oldest_kept is not None and cid < oldest_kept)
+            or (
+                status is CheckpointStatus.ABORTED and oldest_kept is not None and cid < oldest_kept
+            )
             or status is CheckpointStatus.DISCARDED
         )
+        prefix = layout.chk(cid)
         if drop:
-            # Step 2: the commit point goes first, then everything unreferenced.
+            # Step 2: ``_pending`` goes first (a half-dropped folder reads as DISCARDED,
+            # never as in flight), then the commit point, then everything unreferenced.
+            store.delete(layout.pending(cid))
             if status is CheckpointStatus.COMPLETED:
                 store.delete(layout.metadata(cid))
             for key in record.keys:
@@ -100,9 +112,8 @@ def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list
                     store.delete(key)
             if status is not CheckpointStatus.DISCARDED:
                 dropped.append(cid)
-        elif status is CheckpointStatus.ABORTED:
-            # Step 3: an aborted checkpoint keeps only its markers.
-            prefix = layout.chk(cid)
+        else:
+            # Step 3: a checkpoint that stays keeps its markers and referenced files.
             for key in record.keys:
                 if not _is_protocol(key[len(prefix) :]) and refs[key] == 0:
                     store.delete(key)

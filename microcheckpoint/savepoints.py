@@ -185,13 +185,17 @@ def choose_restore(
             return replace(point, note=note)
         return point
     if problems:
-        raise RestoreError(f"no completed checkpoint of {pipeline!r} is usable: {'; '.join(problems)}")
+        raise RestoreError(
+            f"no completed checkpoint of {pipeline!r} is usable: {'; '.join(problems)}"
+        )
     return None
 
 
 def _checkpoint_point(view: PipelineView, cid: CheckpointId) -> RestorePoint:
     prefix = view.layout.chk(cid)
-    return RestorePoint(view.store.child_url(prefix.rstrip("/")), view.metadata(cid), view.store, prefix)
+    return RestorePoint(
+        view.store.child_url(prefix.rstrip("/")), view.metadata(cid), view.store, prefix
+    )
 
 
 def _check_pipeline(point: RestorePoint, pipeline: str) -> None:
@@ -225,4 +229,3 @@ def restore(store: ObjectStore, pipeline: str, point: RestorePoint, claim_mode: 
     }
     store.put(layout.restore, json.dumps(marker, sort_keys=True).encode())
     return marker
-

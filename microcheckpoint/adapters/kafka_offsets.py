@@ -26,6 +26,8 @@ from microcheckpoint.ids import TopicPartition
 
 __all__ = ["KafkaOffsets"]
 
+_Offsets = dict[TopicPartition, int]
+
 _UNREACHABLE = tuple(
     e for e in (getattr(kerr, "NoBrokersAvailable", None), kerr.KafkaConnectionError) if e
 )
@@ -140,33 +142,64 @@ class KafkaOffsets:
                 wait_for_metadata=True,
             )
 
+    def _describe(self, topics: set[str]) -> dict[str, list[int]]:
+        """Partition numbers of each topic; raise KafkaSourceError for a missing topic."""
+        with self._errors(f"describing topics {sorted(topics)}"):
+            infos = self._admin_client().describe_topics(sorted(topics))
+        found = {}
+        for info in infos:
+            code, name = info["error_code"], info["name"]
+            if code == kerr.UnknownTopicOrPartitionError.errno or (
+                not code and not info["partitions"]
+            ):
+                raise KafkaSourceError(
+                    f"Kafka topic {name!r} does not exist on {self.bootstrap_servers!r}; "
+                    "create it or fix `topics`"
+                )
+            if code:
+                raise KafkaSourceError(
+                    f"describing Kafka topic {name!r} on {self.bootstrap_servers!r} failed with "
+                    f"{kerr.for_code(code).__name__}; check the topic and this client's ACLs"
+                )
+            found[name] = sorted(p["partition_index"] for p in info["partitions"])
+        return found
+
+    def _known(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """``tps`` as a list, checked to exist (Tansu answers offset 0 for unknown ones)."""
+        tps = list(tps)
+        described = self._describe({tp.topic for tp in tps}) if tps else {}
+        for tp in tps:
+            if tp.partition not in described.get(tp.topic, ()):
+                raise KafkaSourceError(
+                    f"partition {tp} does not exist on {self.bootstrap_servers!r}: topic "
+                    f"{tp.topic!r} has partitions {described.get(tp.topic)}; fix the partition"
+                )
+        return tps
+
+    def _listed(self, kind: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """ListOffsets EARLIEST (``kind="beginning"``) or LATEST (``"end"``) as answered."""
+        with self._errors(f"listing {kind} offsets of {[str(tp) for tp in tps]}"):
+            got = getattr(self._meta_consumer(), f"{kind}_offsets")(
+                [_k(tp) for tp in tps], timeout_ms=self.request_timeout_ms
+            )
+        return {tp: int(got[_k(tp)]) for tp in tps}
+
     def partitions(self, topic: str) -> list[TopicPartition]:
         """The partitions of ``topic``, sorted by number.
 
         Raises:
             KafkaSourceError: the topic does not exist, or the broker cannot be reached.
         """
-        with self._errors(f"describing topic {topic!r}"):
-            (info,) = self._admin_client().describe_topics([topic])
-        if info["error_code"] == kerr.UnknownTopicOrPartitionError.errno or not info["partitions"]:
-            raise KafkaSourceError(
-                f"Kafka topic {topic!r} does not exist on {self.bootstrap_servers!r}; "
-                "create it or fix `topics`"
-            )
-        if info["error_code"]:
-            with self._errors(f"describing topic {topic!r}"):
-                raise kerr.for_code(info["error_code"])(f"topic {topic!r}")
-        return sorted(TopicPartition(topic, p["partition_index"]) for p in info["partitions"])
+        return [TopicPartition(topic, p) for p in self._describe({topic})[topic]]
 
     def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The first offset still in each partition (0 unless retention or deletion removed
-        records); equal to the end offset when the partition is empty."""
-        tps = list(tps)
-        with self._errors(f"listing beginning offsets of {[str(tp) for tp in tps]}"):
-            got = self._meta_consumer().beginning_offsets(
-                [_k(tp) for tp in tps], timeout_ms=self.request_timeout_ms
-            )
-        return {tp: int(got[_k(tp)]) for tp in tps}
+        records); equal to the end offset when the partition is empty.
+
+        Raises:
+            KafkaSourceError: a topic or partition does not exist, or Kafka did not answer.
+        """
+        return self._listed("beginning", self._known(tps))
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The high watermark of each partition: one past its last record (exclusive).
@@ -177,17 +210,16 @@ class KafkaOffsets:
         be counted, as with Kafka's own ``end_offsets``.
 
         Raises:
-            KafkaSourceError: a partition is unknown, or no fetch answered within
+            KafkaSourceError: a topic or partition does not exist, or no fetch answered within
                 ``request_timeout_ms``.
         """
-        tps = list(tps)
+        return self._bounds(self._known(tps))[1]
+
+    def _bounds(self, tps: list[TopicPartition]) -> tuple[_Offsets, _Offsets]:
+        """(beginning, end) offsets of ``tps``, the end corrected by a fetch probe."""
         if not tps:
-            return {}
-        begin = self.beginning_offsets(tps)
-        with self._errors(f"listing end offsets of {[str(tp) for tp in tps]}"):
-            listed = self._meta_consumer().end_offsets(
-                [_k(tp) for tp in tps], timeout_ms=self.request_timeout_ms
-            )
+            return {}, {}
+        begin, listed = self._listed("beginning", tps), self._listed("end", tps)
         # A new consumer per probe: a partition's high watermark starts as None there, so a
         # value read below came from a fetch sent by this call, never from an earlier one.
         probe = self._consumer(max_partition_fetch_bytes=1024)
@@ -195,11 +227,11 @@ class KafkaOffsets:
             with self._errors(f"probing the high watermark of {[str(tp) for tp in tps]}"):
                 probe.assign([_k(tp) for tp in tps])
                 for tp in tps:
-                    probe.seek(_k(tp), max(begin[tp], int(listed[_k(tp)]) - 1))
+                    probe.seek(_k(tp), max(begin[tp], listed[tp] - 1))
                 water = self._wait_highwater(probe, tps)
         finally:
             probe.close(autocommit=False)
-        return {tp: max(int(listed[_k(tp)]), water[tp]) for tp in tps}
+        return begin, {tp: max(listed[tp], water[tp]) for tp in tps}
 
     def _wait_highwater(self, probe: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         deadline = time.monotonic() + self.request_timeout_ms / 1000
@@ -235,15 +267,15 @@ class KafkaOffsets:
         Raises:
             KafkaSourceError: ``timestamp_ms`` is negative, or Kafka could not answer.
         """
-        tps = list(tps)
         if timestamp_ms < 0:
             raise KafkaSourceError(
                 f"offsets_for_times timestamp_ms={timestamp_ms} is negative; pass milliseconds "
                 "since the epoch (>= 0)"
             )
+        tps = self._known(tps)
         if not tps:
             return {}
-        begin, end = self.beginning_offsets(tps), self.end_offsets(tps)
+        begin, end = self._bounds(tps)
         with self._errors(f"listing offsets of {[str(tp) for tp in tps]} at {timestamp_ms}"):
             answers = self._meta_consumer().offsets_for_times(
                 {_k(tp): timestamp_ms for tp in tps}, timeout_ms=self.request_timeout_ms
@@ -324,6 +356,7 @@ class KafkaOffsets:
         """
         if not offsets:
             return
+        self._known(offsets)
         bad = {str(tp): off for tp, off in offsets.items() if off < 0}
         if bad:
             raise KafkaSourceError(
@@ -343,7 +376,8 @@ class KafkaOffsets:
     def committed_group_offsets(
         self, group_id: str, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int | None]:
-        """The offsets committed by ``group_id``; None for a partition without a commit."""
+        """The offsets committed by ``group_id``; None for a partition without a commit
+        (including partitions of topics that do not exist)."""
         tps = list(tps)
         if not tps:
             return {}

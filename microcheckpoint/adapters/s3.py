@@ -83,8 +83,9 @@ def ensure_bucket(client: Any, bucket: str) -> None:
 class S3Store(ObjectStore):
     """Object store on an S3 bucket under an optional key prefix."""
 
-    def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
+    def __init__(self, client: Any, bucket: str, prefix: str = "", page_size: int = 1000) -> None:
         self.client = client
+        self.page_size = page_size
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
@@ -207,7 +208,9 @@ class S3Store(ObjectStore):
         def pages() -> list[str]:
             keys: list[str] = []
             paginator = self.client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+            for page in paginator.paginate(
+                Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": self.page_size}
+            ):
                 keys.extend(item["Key"][strip:] for item in page.get("Contents", ()))
             return keys
 

@@ -26,7 +26,7 @@ def open_store(url: str, **s3_options: object) -> ObjectStore:
     if url.startswith("file://"):
         return FileStore(url)
     if url.startswith("s3://"):
-        from microcheckpoint.adapters.s3 import S3Store  # noqa: PLC0415 - edge, lazily
+        from microcheckpoint.adapters.s3 import S3Store
 
         return S3Store.from_url(url, **s3_options)  # type: ignore[arg-type]
     raise StorageError(
