@@ -87,6 +87,7 @@ def produce(bootstrap: str, count: int, first_seq: int) -> None:
 def run(cycles: int, per_cycle: int, crash_cycle: int) -> int:
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
     from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
+    from microcheckpoint.adapters.startup import startup_offsets
 
     _say("starting the local broker (Tansu) and S3 server (moto) ...")
     with devstack.local_stack() as stack:
@@ -120,7 +121,9 @@ def run(cycles: int, per_cycle: int, crash_cycle: int) -> int:
                 produce(stack.kafka_bootstrap, per_cycle, produced)
                 produced += per_cycle
                 ends = kafka.end_offsets(partitions)
-                pending = coordinator.trigger(tasks, ends, kafka.beginning_offsets)
+                pending = coordinator.trigger(
+                    tasks, ends, lambda tps: startup_offsets(kafka, config, tps)
+                )
                 cid = pending.checkpoint_id
                 barrier = coordinator.barrier(cid)
                 ranges = {tp.partition: (r.start, r.end) for tp, r in barrier.ranges.items()}
