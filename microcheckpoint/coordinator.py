@@ -426,9 +426,10 @@ class CheckpointCoordinator:
     def complete(self, cid: CheckpointId) -> CheckpointMetadata:
         """The global ack: decide COMPLETED and write ``_metadata``.
 
-        Steps: 1. check every expected task acked the current attempt; 2. give every
-        lower checkpoint an outcome (pending ones are SUBSUMED; claimed ones get their
-        ``_metadata``); 3. claim the COMPLETED outcome; 4. write ``_metadata``.
+        Steps: 1. check every expected task acked the current attempt; 2. claim the
+        COMPLETED outcome; 3. give every lower pending checkpoint an outcome (SUBSUMED,
+        unless it claimed COMPLETED first); 4. write ``_metadata`` of every claimed
+        checkpoint in id order, lower ones first, then n's.
 
         Raises:
             AcksMissing: not every expected task has acknowledged yet.
@@ -449,17 +450,7 @@ class CheckpointCoordinator:
                 f"checkpoint {cid} is waiting for {len(pending.missing)} task(s): "
                 f"{', '.join(sorted(map(str, pending.missing)))}"
             )
-        # Step 2: lower ids get an outcome first (keeps I2's order). Known limit: if n
-        # is aborted between this step and the claim (it expires at that moment), the
-        # lower ones stay SUBSUMED although nothing completed; the pipeline then resumes
-        # from the latest completed checkpoint, with no loss (I1-I5 hold).
-        if self.store.exists(self.layout.outcome(cid)):
-            raise CommitConflict(f"checkpoint {cid} was decided by another writer meanwhile")
-        for lower in view.pending:
-            if lower < cid:
-                self.abort(lower, AbortReason.SUBSUMED, f"checkpoint {cid} completed")
-        self.finish_completing()
-        # Step 3: claim the outcome.
+        # Step 2: claim the outcome (if n was aborted meanwhile, nothing else changes).
         claim = {
             "outcome": "COMPLETED",
             "attempt": pending.attempt,
@@ -472,8 +463,15 @@ class CheckpointCoordinator:
                 f"checkpoint {cid} was already decided by another writer: {current.get('outcome')} "
                 f"{current.get('reason', '')}".strip()
             )
-        # Step 4: the commit point.
-        meta = self._write_metadata(self.view(), cid, pending.attempt)
+        # Step 3: every lower pending id gets an outcome: SUBSUMED (put-if-absent, so one
+        # that claimed COMPLETED first keeps its claim) ...
+        for lower in view.pending:
+            if lower < cid:
+                self.abort(lower, AbortReason.SUBSUMED, f"checkpoint {cid} completed")
+        # Step 4: ... and every claimed one gets its ``_metadata`` in id order, lower ones
+        # before n's (I2: no lower id completes after a higher one).
+        self.finish_completing()
+        meta = self.view().metadata(cid)
         log.info(
             "completed checkpoint %s of %s in %d ms", cid, self.config.pipeline, meta.duration_ms
         )

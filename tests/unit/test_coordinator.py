@@ -609,13 +609,6 @@ class RivalOutcomeStore(FileStore):
         return super().put_if_absent(key, data)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KNOWN LIMIT (README): complete(n) subsumes every lower pending checkpoint (step 2) before it claims "
-    "its own outcome (step 3); when the claim then loses (n expired or was declined "
-    "concurrently), checkpoint n-1 stays ABORTED/SUBSUMED with detail 'checkpoint n "
-    "completed' although nothing completed, and a fully acknowledged checkpoint is lost",
-)
 def test_lost_claim_does_not_subsume_lower_checkpoints(h) -> None:
     coord = h.coordinator(max_concurrent=2, tolerable_failures=3)
     start(h, coord, {TP0: 10})
