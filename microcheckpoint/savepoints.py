@@ -217,6 +217,7 @@ def restore(store: ObjectStore, pipeline: str, point: RestorePoint, claim_mode: 
     own = point.store is store and point.prefix.startswith(layout.root + "chk-")
     marker = {
         "source": point.location,
+        "prefix": point.prefix if point.store is store else None,
         "kind": point.metadata.kind,
         "checkpoint_id": point.metadata.checkpoint_id.value,
         "pipeline_checkpoint": point.metadata.checkpoint_id.value if own else None,

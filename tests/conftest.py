@@ -70,3 +70,15 @@ def s3_bucket(s3_client) -> str:
     name = f"mcp-{uuid.uuid4().hex[:12]}"
     ensure_bucket(s3_client, name)
     return name
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the session (Java 17+; executors run this venv's Python)."""
+    from microcheckpoint.engine.spark import local_spark
+
+    session = local_spark("local[2]")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,156 @@
+"""The pipeline API: a Kafka source, stateless DataFrame code, and managed keyed operators.
+
+A pipeline is a source followed by stages. A stage is either a function
+``DataFrame -> DataFrame`` (stateless PySpark code) or a ``KeyedOperator`` (managed keyed
+state, snapshotted every epoch). Every stateful operator has a ``uid``; state is matched
+to operators by uid on restore, so a uid must be stable and unique.
+
+The word count of Flink's documentation::
+
+    from pyspark.sql import functions as F
+    from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
+
+    pipeline = (
+        Pipeline("wordcount", KafkaSource("lines-source", ["lines"], value_format="text"))
+        .then(lambda df: df.select(F.explode(F.split("value", r"\\s+")).alias("word")))
+        .then(lambda df: df.where("word != ''"))
+        .then(running_sum("word-counts", key="word"))
+    )
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from microcheckpoint.errors import ConfigError
+from microcheckpoint.ids import OperatorUid
+from microcheckpoint.state.backends import check_backend
+
+__all__ = ["KafkaSource", "KeyedOperator", "Pipeline", "running_sum"]
+
+# fn(key, rows of this epoch for the key, previous state or None) -> (outputs, new state);
+# a new state of None deletes the key's state.
+KeyedFunction = Callable[[Any, list[dict[str, Any]], Any], tuple[list[dict[str, Any]], Any]]
+
+
+def _uid(kind: str, uid: object) -> str:
+    if not uid:
+        raise ConfigError("uid", uid, f"every {kind} needs a stable, unique uid")
+    try:
+        return OperatorUid(str(uid)).value
+    except ValueError as exc:
+        raise ConfigError("uid", uid, str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """Reads each partition's barrier range; its offsets are its operator state.
+
+    Records have the columns ``topic, partition, offset, timestamp_ms, key, headers`` and
+    ``value`` decoded per ``value_format`` (``bytes``, ``text`` or ``json``; with ``json``
+    and a ``schema`` of ``{field: string|long|double|boolean}`` the fields become columns).
+    """
+
+    uid: str
+    topics: Sequence[str]
+    value_format: str = "bytes"
+    schema: dict[str, str] | None = None
+    max_records_per_split: int = 20_000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uid", _uid("source", self.uid))
+        object.__setattr__(self, "topics", tuple(self.topics))
+        if not self.topics:
+            raise ConfigError("topics", self.topics, "at least one Kafka topic")
+        if self.value_format not in ("bytes", "text", "json"):
+            raise ConfigError("value_format", self.value_format, "one of bytes, text, json")
+        if self.max_records_per_split < 1:
+            raise ConfigError(
+                "max_records_per_split", self.max_records_per_split, "an integer >= 1"
+            )
+
+
+@dataclass(frozen=True)
+class KeyedOperator:
+    """A general keyed stateful operator.
+
+    Args:
+        uid: stable, unique operator id.
+        key: the column holding the key (JSON-serializable values).
+        fn: ``fn(key, rows, state) -> (outputs, new_state)``; rows are this epoch's rows of
+            the key in a deterministic order (by source position when the rows carry
+            ``partition`` and ``offset``, else by their content); ``state`` is None for a
+            new key (or one whose state expired); returning None as new state deletes it.
+        output_schema: Spark DDL of the output rows, e.g. ``"word string, count long"``.
+        state_ttl_s: a key's state expires this long after its last update (measured in
+            checkpoint trigger time, so re-runs are deterministic); None keeps it forever.
+        state_backend: ``table`` (Parquet per key group, incremental) or ``memory``.
+    """
+
+    uid: str
+    key: str
+    fn: KeyedFunction
+    output_schema: str
+    state_ttl_s: float | None = None
+    state_backend: str = "table"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uid", _uid("stateful operator", self.uid))
+        check_backend(self.state_backend)
+        if self.state_ttl_s is not None and self.state_ttl_s <= 0:
+            raise ConfigError("state_ttl_s", self.state_ttl_s, "a duration > 0 or None")
+
+
+def _running_sum_fn(value: str | None) -> KeyedFunction:
+    def fn(key: Any, rows: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
+        total = (state or 0) + sum((1 if value is None else row[value]) for row in rows)
+        return [{"key": key, "total": total}], total
+
+    return fn
+
+
+def running_sum(uid: str, key: str, value: str | None = None, **options: Any) -> KeyedOperator:
+    """Running sum of ``value`` per key (a count when ``value`` is None); outputs ``key, total``."""
+    return KeyedOperator(uid, key, _running_sum_fn(value), "key string, total long", **options)
+
+
+@dataclass
+class Pipeline:
+    """A named pipeline: a source and its stages."""
+
+    name: str
+    source: KafkaSource
+    stages: list[Callable[[Any], Any] | KeyedOperator] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        try:
+            OperatorUid(self.name)
+        except ValueError as exc:
+            raise ConfigError("pipeline", self.name, str(exc)) from exc
+        stages, self.stages = list(self.stages), []
+        for stage in stages:
+            self.then(stage)
+
+    def _check(self, stage: Callable[[Any], Any] | KeyedOperator) -> None:
+        if not isinstance(stage, KeyedOperator) and not callable(stage):
+            raise ConfigError(
+                "stage", stage, "a function DataFrame -> DataFrame or a KeyedOperator"
+            )
+
+    def then(self, stage: Callable[[Any], Any] | KeyedOperator) -> Pipeline:
+        """Append a stage; refuses a stateful operator whose uid is already used."""
+        self._check(stage)
+        if isinstance(stage, KeyedOperator) and stage.uid in self.uids:
+            raise ConfigError("uid", stage.uid, "unique within the pipeline; it is used twice")
+        self.stages.append(stage)
+        return self
+
+    @property
+    def operators(self) -> list[KeyedOperator]:
+        return [s for s in self.stages if isinstance(s, KeyedOperator)]
+
+    @property
+    def uids(self) -> list[str]:
+        return [self.source.uid, *(op.uid for op in self.operators)]

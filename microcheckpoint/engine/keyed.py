@@ -1,0 +1,158 @@
+"""One keyed operator subtask of one epoch, as it runs inside a Spark executor.
+
+Imports no Spark: the runner ships an ``OperatorContext`` and the user's function to the
+executors, which restore the subtask's key groups, apply the function, snapshot and ack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.coordinator import CheckpointCoordinator
+from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.keygroups import key_group_for, key_group_range
+from microcheckpoint.layout import Layout
+from microcheckpoint.pending import Ack, StateHandle
+from microcheckpoint.state.backends import (
+    KeyGroupState,
+    canonical_key,
+    decode_memory,
+    decode_table,
+    encode_memory,
+    encode_table,
+)
+from microcheckpoint.storage import ObjectStore, open_store
+
+__all__ = ["OperatorContext", "crash_point", "process_subtask", "restore_key_group"]
+
+
+@dataclass(frozen=True)
+class OperatorContext:
+    """Everything an executor needs for one operator in one epoch (picklable)."""
+
+    store_url: str
+    store_options: dict[str, Any]
+    pipeline: str
+    checkpoint_id: int
+    attempt: int
+    uid: str
+    key: str
+    max_parallelism: int
+    parallelism: int
+    backend: str
+    trigger_time_ms: int
+    ttl_ms: int | None = None
+    full_snapshot: bool = False
+    # key group -> (store key, size, key groups in that file) of the state restored from
+    base: dict[int, tuple[str, int, tuple[int, ...]]] = field(default_factory=dict)
+    crash_at: str | None = None
+    driver_pid: int = 0
+
+
+def crash_point(name: str, crash_at: str | None, driver_pid: int) -> None:
+    """Fault injection for tests: kill -9 the Spark job's driver (and this process) at ``name``."""
+    if crash_at != name:
+        return
+    if driver_pid and driver_pid != os.getpid():
+        os.kill(driver_pid, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _row_order(row: dict[str, Any]) -> tuple:
+    if "partition" in row and "offset" in row:
+        return (0, str(row.get("topic", "")), row["partition"], row["offset"], "")
+    return (1, "", 0, 0, json.dumps(row, sort_keys=True, default=str))
+
+
+def restore_key_group(
+    store: ObjectStore, ctx: OperatorContext, kg: int, cache: dict[str, Any]
+) -> KeyGroupState:
+    """State of key group ``kg`` as of the base checkpoint, without expired entries."""
+    handle = ctx.base.get(kg)
+    if handle is None:
+        return {}
+    key = handle[0]
+    if key not in cache:
+        obj = store.get(key)
+        if obj is None:
+            raise FileNotFoundError(f"state file {store.child_url(key)} is missing")
+        cache[key] = obj.data
+    data = cache[key]
+    if key.endswith(".parquet"):
+        state = decode_table(data, store.child_url(key))
+    else:
+        state = decode_memory(data, store.child_url(key), [kg]).get(kg, {})
+    if ctx.ttl_ms is not None:
+        floor = ctx.trigger_time_ms - ctx.ttl_ms
+        state = {k: v for k, v in state.items() if v[1] >= floor}
+    return state
+
+
+def process_subtask(
+    ctx: OperatorContext, fn: Any, subtask: int, rows: Iterable[dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """Run subtask ``subtask``: restore, apply ``fn`` per key, snapshot, ack; yields outputs.
+
+    Steps: 1. group this epoch's rows by key group and key; 2. per owned key group:
+    restore, apply, and write a new file if it changed (an unchanged key group keeps its
+    old file: incremental), or collect it for the memory backend's single file; 3. ack.
+    """
+    store = open_store(ctx.store_url, **ctx.store_options)
+    layout = Layout(ctx.pipeline)
+    task = TaskId.of(ctx.uid, subtask)
+    cid = CheckpointId(ctx.checkpoint_id)
+    prefix = layout.state_prefix(cid, ctx.attempt, task)
+    # Step 1: this epoch's rows by key group and key.
+    by_group: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for row in rows:
+        ck = canonical_key(row[ctx.key])
+        kg = key_group_for(ck.encode(), ctx.max_parallelism)
+        by_group.setdefault(kg, {}).setdefault(ck, []).append(row)
+    # Step 2: restore, apply, snapshot.
+    cache: dict[str, Any] = {}
+    handles: list[StateHandle] = []
+    memory: dict[int, KeyGroupState] = {}
+    outputs: list[dict[str, Any]] = []
+    for kg in key_group_range(ctx.max_parallelism, ctx.parallelism, subtask):
+        touched = by_group.get(kg)
+        if ctx.backend == "table" and not touched and not ctx.full_snapshot:
+            if kg in ctx.base:
+                key, size, _ = ctx.base[kg]
+                handles.append(StateHandle(key, size, (kg,)))  # incremental: referenced
+            continue
+        state = restore_key_group(store, ctx, kg, cache)
+        for ck in sorted(touched or {}):
+            key_rows = sorted(touched[ck], key=_row_order)
+            previous = state.get(ck)
+            out, new = fn(json.loads(ck), key_rows, None if previous is None else previous[0])
+            outputs.extend(out)
+            if new is None:
+                state.pop(ck, None)
+            else:
+                state[ck] = (new, ctx.trigger_time_ms)
+        if ctx.backend == "memory":
+            if state:
+                memory[kg] = state
+        elif state:
+            data = encode_table(state)
+            key = f"{prefix}kg-{kg:05d}.parquet"
+            store.put(key, data)
+            handles.append(StateHandle(key, len(data), (kg,)))
+    if ctx.backend == "memory":
+        data = encode_memory(ctx.uid, memory)
+        key = f"{prefix}state.json"
+        store.put(key, data)
+        handles.append(StateHandle(key, len(data), tuple(sorted(memory))))
+    crash_point("after_snapshot", ctx.crash_at, ctx.driver_pid)
+    # Step 3: the ack (a retried Spark task writes the same files and gets DUPLICATE).
+    coordinator = CheckpointCoordinator(
+        store, CheckpointConfig.from_mapping({"pipeline": ctx.pipeline, "storage": ctx.store_url})
+    )
+    coordinator.acknowledge(cid, Ack(task, ctx.attempt, tuple(handles)))
+    return iter(outputs)

@@ -1,0 +1,1 @@
+"""Keyed state snapshots: the ``memory`` and ``table`` backends (DESIGN §5)."""
