@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-unit lint clean
+.PHONY: venv demo test test-unit lint bench clean
 
 venv: $(STAMP)
 
@@ -29,6 +29,10 @@ test: $(STAMP)
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_reader.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_checkpoint_bytes.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,93 +1,91 @@
-"""``make demo``: checkpoint cycles on a real broker and a real S3 server, then a table.
+"""``make demo``: the word count as checkpointed Spark epochs, a kill -9, exact recovery.
 
-What it does (no Spark yet; a later issue runs the epochs in Spark):
-
-1. starts Tansu (Kafka-compatible broker) and moto's S3 server on loopback ports;
-2. creates a topic with 3 partitions and produces keyed records between checkpoints;
-3. runs checkpoint cycles: trigger (barrier = real end offsets, capped per epoch), one
-   source task per partition reads exactly its ``[start, end)`` range and acks with its
-   offsets and a state file in S3, the global ack writes ``_metadata``, notify commits the
-   consumer-group offsets and applies retention;
-4. in one cycle a task "crashes" without acking: the checkpoint expires and is aborted, and
-   the next cycle re-reads the same range from the last completed checkpoint;
-5. prints the checkpoint history and checks the result against what was produced.
+1. Starts Tansu (Kafka-compatible broker) and moto's S3 server on loopback ports.
+2. Produces lines of text between epochs to a 3-partition topic.
+3. Runs the word count (examples/wordcount.py) epoch by epoch with local Spark: each epoch
+   is a checkpoint with a barrier of real end offsets; keyed state (a count per word, in
+   128 key groups) goes to S3 as incremental Parquet snapshots.
+4. Runs one epoch as a separate ``spark_jobs/run_epoch.py`` process that is killed with
+   SIGKILL after the state snapshot and before its ack; the next run re-runs that epoch
+   from the previous checkpoint's state.
+5. Prints the checkpoint history, then compares the counts in the latest checkpoint with a
+   ground truth computed independently (``str.split`` over the lines produced).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections import Counter
+from pathlib import Path
 
 from microcheckpoint import devstack
-from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator
-from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.pending import Ack, StateHandle
+from microcheckpoint.completed import CheckpointStatus, scan
+from microcheckpoint.ids import CheckpointId
+from microcheckpoint.layout import Layout
 
-TOPIC = "demo-events"
+TOPIC = "lines"
 PARTITIONS = 3
 BUCKET = "microcheckpoint-demo"
-
-
-@dataclass
-class Row:
-    checkpoint: int
-    status: str
-    ranges: dict[int, tuple[int, int]]
-    duration_ms: int
-    note: str = ""
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _say(message: str) -> None:
     print(f"[demo] {message}", flush=True)
 
 
-def read_range(bootstrap: str, tp: TopicPartition, start: int, end: int) -> list:
-    """Records of ``tp`` in ``[start, end)``; stops when the position reaches ``end``."""
-    from kafka import KafkaConsumer
-    from kafka import TopicPartition as KTP
-
-    if end <= start:
-        return []
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    try:
-        ktp = KTP(tp.topic, tp.partition)
-        consumer.assign([ktp])
-        consumer.seek(ktp, start)
-        records = []
-        deadline = time.monotonic() + 30
-        while consumer.position(ktp) < end:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {tp} [{start}, {end}) timed out")
-            for batch in consumer.poll(timeout_ms=500).values():
-                records.extend(r for r in batch if start <= r.offset < end)
-        return records
-    finally:
-        consumer.close()
-
-
-def produce(bootstrap: str, count: int, first_seq: int) -> None:
+def _produce(bootstrap: str, lines: list[str], first: int) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
     try:
-        for seq in range(first_seq, first_seq + count):
-            key = f"user-{seq % 7}".encode()
-            producer.send(
-                TOPIC, key=key, value=json.dumps({"seq": seq}).encode(), partition=seq % PARTITIONS
-            )
+        for i, line in enumerate(lines, start=first):
+            producer.send(TOPIC, value=line.encode(), partition=i % PARTITIONS)
         producer.flush()
     finally:
         producer.close()
 
 
-def run(cycles: int, per_cycle: int, crash_cycle: int) -> int:
-    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+def _killed_run(stack: devstack.Stack, storage: str, config: dict, parallelism: int) -> int:
+    """One cycle as its own Spark job process, killed -9 after the snapshot, before the ack."""
+    env = {
+        **os.environ,
+        **stack.s3.environment(),
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "PYSPARK_PYTHON": sys.executable,
+        "MICROCHECKPOINT_CRASH_AT": "after_snapshot",
+    }
+    argv = [
+        sys.executable,
+        str(ROOT / "spark_jobs" / "run_epoch.py"),
+        "--pipeline",
+        "examples.wordcount:pipeline",
+        "--storage",
+        storage,
+        "--bootstrap",
+        stack.kafka_bootstrap,
+        "--parallelism",
+        str(parallelism),
+        "--s3-endpoint",
+        stack.s3.url,
+        "--config",
+        json.dumps(config),
+    ]
+    process = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, start_new_session=True)
+    return process.returncode
+
+
+def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -> int:
+    from examples.wordcount import lines_for, pipeline
     from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
-    from microcheckpoint.adapters.startup import startup_offsets
+    from microcheckpoint.config import CheckpointConfig
+    from microcheckpoint.engine.runner import run_cycle
+    from microcheckpoint.engine.spark import local_spark
+    from microcheckpoint.state.reader import read_keyed_state
 
     _say("starting the local broker (Tansu) and S3 server (moto) ...")
     with devstack.local_stack() as stack:
@@ -96,149 +94,139 @@ def run(cycles: int, per_cycle: int, crash_cycle: int) -> int:
             stack.s3.url, stack.s3.region, stack.s3.access_key, stack.s3.secret_key
         )
         ensure_bucket(client, BUCKET)
+        storage = f"s3://{BUCKET}/checkpoints"
         store = S3Store(client, BUCKET, "checkpoints")
+        options = {
+            "endpoint_url": stack.s3.url,
+            "region": stack.s3.region,
+            "access_key": stack.s3.access_key,
+            "secret_key": stack.s3.secret_key,
+        }
+        settings = {"max_records_per_epoch": 60, "retained": 3}
         config = CheckpointConfig.from_mapping(
-            {
-                "pipeline": "demo",
-                "storage": f"s3://{BUCKET}/checkpoints",
-                "topics": [TOPIC],
-                "timeout": "2s",
-                "retained": 3,
-                "tolerable_failures": 1,
-                "max_records_per_epoch": 150,
-            }
+            {"pipeline": pipeline.name, "storage": storage, **settings}
         )
-        coordinator = CheckpointCoordinator(store, config)
-        kafka = KafkaOffsets(stack.kafka_bootstrap, request_timeout_ms=10_000)
-        kafka.create_topic(TOPIC, PARTITIONS)
-        partitions = kafka.partitions(TOPIC)
-        tasks = [TaskId.of("source", tp.partition) for tp in partitions]
-        rows: list[Row] = []
-        produced = 0
-        counts = dict.fromkeys(partitions, 0)  # state restored from the last checkpoint
+        from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+
+        with KafkaOffsets(stack.kafka_bootstrap) as kafka:
+            kafka.create_topic(TOPIC, PARTITIONS)
+        all_lines = lines_for(epochs * lines_per_epoch, seed=7)
+        _say("starting Spark (local[2]) ...")
+        spark = local_spark()
+        started_at: dict[int, float] = {}
         try:
-            for cycle in range(1, cycles + 1):
-                produce(stack.kafka_bootstrap, per_cycle, produced)
-                produced += per_cycle
-                ends = kafka.end_offsets(partitions)
-                pending = coordinator.trigger(
-                    tasks, ends, lambda tps: startup_offsets(kafka, config, tps)
-                )
-                cid = pending.checkpoint_id
-                barrier = coordinator.barrier(cid)
-                ranges = {tp.partition: (r.start, r.end) for tp, r in barrier.ranges.items()}
-                _say(f"cycle {cycle}: checkpoint {cid} barrier {ranges}")
-                started = time.monotonic()
-                # Process: each source subtask reads its range and snapshots its state.
-                new_counts = dict(counts)
-                for tp, task in zip(partitions, tasks, strict=True):
-                    r = barrier.ranges[tp]
-                    records = read_range(stack.kafka_bootstrap, tp, r.start, r.end)
-                    new_counts[tp] = counts[tp] + len(records)
-                    if cycle == crash_cycle and tp.partition == 1:
-                        _say(f"  task {task} crashes before acknowledging (simulated)")
-                        continue
-                    key = coordinator.layout.state_prefix(cid, pending.attempt, task) + "count.json"
-                    body = json.dumps({"records_seen": new_counts[tp]}).encode()
-                    store.put(key, body)
-                    coordinator.acknowledge(
-                        cid,
-                        Ack(
-                            task,
-                            pending.attempt,
-                            (StateHandle(key, len(body)),),
-                            {str(tp): r.end},
-                            int((time.monotonic() - started) * 1000),
-                        ),
+            for epoch in range(1, epochs + 1):
+                batch = all_lines[(epoch - 1) * lines_per_epoch : epoch * lines_per_epoch]
+                _produce(stack.kafka_bootstrap, batch, (epoch - 1) * lines_per_epoch)
+                if epoch == crash_epoch:
+                    _say(
+                        f"epoch {epoch}: running the Spark job as its own process, "
+                        "to be killed -9 after its state snapshot, before its ack ..."
                     )
-                if cycle == crash_cycle:
-                    _say(f"  waiting for the checkpoint timeout ({config.timeout:.0f}s) ...")
-                    time.sleep(config.timeout + 0.5)
-                    expired = coordinator.abort_expired()
-                    rows.append(
-                        Row(
-                            cid.value,
-                            "ABORTED",
-                            ranges,
-                            int((time.monotonic() - started) * 1000),
-                            "EXPIRED: task source#1 never acked",
-                        )
+                    code = _killed_run(stack, storage, settings, parallelism)
+                    view = scan(store, Layout(pipeline.name))
+                    pending = view.pending
+                    _say(
+                        f"  the job died with exit code {code}; checkpoint(s) "
+                        f"{[c.value for c in pending]} PENDING, nothing committed"
                     )
                     _say(
-                        f"  checkpoint {cid} aborted as EXPIRED: {expired == [cid]}; state stays at the last completed checkpoint"
+                        "  recovering: the next run re-runs that epoch from the last "
+                        "completed checkpoint's state"
                     )
-                    continue
-                meta = coordinator.complete(cid)
-                coordinator.notify(
-                    cid,
-                    lambda offsets: kafka.commit_group_offsets(
-                        config.effective_group_id, dict(offsets)
-                    ),
+                t0 = time.monotonic()
+                result = run_cycle(
+                    spark,
+                    pipeline,
+                    config,
+                    store,
+                    bootstrap=stack.kafka_bootstrap,
+                    parallelism=parallelism,
+                    store_options=options,
                 )
-                counts = new_counts
-                rows.append(
-                    Row(
-                        cid.value,
-                        "COMPLETED",
-                        ranges,
-                        meta.duration_ms,
-                        f"{barrier.record_count} records",
+                started_at[result.checkpoint_id.value] = time.monotonic() - t0
+                _say(
+                    f"epoch {epoch}: checkpoint {result.checkpoint_id} completed "
+                    f"(attempt {result.attempt}, {result.records} lines)"
+                )
+            # Catch up: drain what the per-epoch cap left behind.
+            with KafkaOffsets(stack.kafka_bootstrap) as kafka:
+                tps = kafka.partitions(TOPIC)
+                while True:
+                    latest = scan(store, Layout(pipeline.name)).latest_completed
+                    offsets = _offsets(store, pipeline.name, latest)
+                    if sum(offsets.values()) >= sum(kafka.end_offsets(tps).values()):
+                        break
+                    t0 = time.monotonic()
+                    result = run_cycle(
+                        spark,
+                        pipeline,
+                        config,
+                        store,
+                        bootstrap=stack.kafka_bootstrap,
+                        parallelism=parallelism,
+                        store_options=options,
                     )
-                )
-                _say(f"  checkpoint {cid} completed; group offsets committed")
-            return report(coordinator, kafka, partitions, rows, produced, counts, config)
+                    started_at[result.checkpoint_id.value] = time.monotonic() - t0
+                    _say(
+                        f"catching up: checkpoint {result.checkpoint_id} completed "
+                        f"({result.records} lines)"
+                    )
         finally:
-            kafka.close()
+            spark.stop()
+        counts = read_keyed_state(store, pipeline.name, "word-counts")
+        truth = Counter(w for line in all_lines for w in line.split())
+        return report(store, pipeline.name, started_at, counts, truth, len(all_lines))
 
 
-def report(coordinator, kafka, partitions, rows, produced, counts, config) -> int:
-    view = coordinator.view()
+def _offsets(store, name: str, cid: CheckpointId | None) -> dict:
+    if cid is None:
+        return {}
+    return scan(store, Layout(name)).metadata(cid).offsets
+
+
+def report(store, name, durations, counts, truth, produced) -> int:
+    view = scan(store, Layout(name))
     print()
-    print(f"Checkpoint history (storage: {coordinator.store.url})")
+    print(f"Checkpoint history (storage: {store.url}; retained=3, older ones dropped)")
     header = (
-        f"{'id':>3}  {'status':<10} "
-        + " ".join(f"{'p' + str(p.partition) + ' [start,end)':>16}" for p in partitions)
-        + f"  {'ms':>6}  note"
+        f"{'id':>3}  {'status':<10} {'attempt':>7}  {'offsets (p0, p1, p2)':<22} "
+        f"{'new state files':>15} {'reused':>6} {'bytes':>7} {'s':>5}"
     )
     print(header)
     print("-" * len(header))
-    for row in rows:
-        stored = view.records.get(CheckpointId(row.checkpoint))
-        status = stored.status.value if stored else f"{row.status}*"
-        cells = " ".join(f"{'[{}, {})'.format(*row.ranges[p.partition]):>16}" for p in partitions)
-        print(f"{row.checkpoint:>3}  {status:<10} {cells}  {row.duration_ms:>6}  {row.note}")
-    print(f"(* = no longer stored: dropped by retention, retained={config.retained})")
-    latest = view.metadata(view.latest_completed)
-    ends = kafka.end_offsets(partitions)
-    committed = kafka.committed_group_offsets(config.effective_group_id, partitions)
-    checkpointed = sum(latest.offsets.values())
-    seen = sum(counts.values())
+    for cid in view.ids():
+        record = view.records[cid]
+        if record.status is not CheckpointStatus.COMPLETED:
+            print(f"{cid.value:>3}  {record.status.value:<10}")
+            continue
+        meta = view.metadata(cid)
+        own = view.layout.chk(cid)
+        handles = [h for a in meta.acks.values() for h in a.handles]
+        new = [h for h in handles if h.key.startswith(own)]
+        offsets = ", ".join(str(o) for _, o in sorted(meta.offsets.items()))
+        print(
+            f"{cid.value:>3}  {'COMPLETED':<10} {meta.attempt:>7}  {offsets:<22} "
+            f"{len(new):>15} {len(handles) - len(new):>6} {sum(h.size for h in new):>7} "
+            f"{durations.get(cid.value, 0):>5.1f}"
+        )
     print()
-    print(f"records produced:                   {produced}")
-    print(
-        f"latest checkpoint:                  {latest.checkpoint_id} offsets {{{', '.join(f'{tp}: {o}' for tp, o in sorted(latest.offsets.items()))}}}"
-    )
-    print(f"records covered by that checkpoint: {checkpointed}")
-    print(
-        f"records counted by the tasks:       {seen} (each exactly once, across the aborted epoch)"
-    )
-    print(
-        f"committed group offsets:            {{{', '.join(f'{tp}: {o}' for tp, o in sorted(committed.items()))}}}"
-    )
-    print(f"records still to read (lag):        {sum(ends.values()) - checkpointed}")
-    ok = (
-        seen == checkpointed
-        and committed == latest.offsets
-        and all(latest.offsets[tp] <= ends[tp] for tp in partitions)
-        and sum(ends.values()) == produced
-    )
+    print("Top words: checkpointed state vs ground truth (str.split over every line produced)")
+    for word, count in truth.most_common(8):
+        print(f"  {word:<12} {counts.get(word, 0):>6} {count:>6}")
+    ok = counts == dict(truth)
     print()
+    print(
+        f"lines produced: {produced}; words counted: {sum(counts.values())}; "
+        f"ground truth: {sum(truth.values())}; distinct words: {len(counts)} vs {len(truth)}"
+    )
     print(
         "RESULT: "
         + (
-            "OK - counts match the checkpointed offsets exactly, group offsets equal the latest checkpoint"
+            "OK - every word's count equals the ground truth exactly "
+            "(the killed epoch was counted once)"
             if ok
-            else "MISMATCH - see the figures above"
+            else "MISMATCH"
         )
     )
     return 0 if ok else 1
@@ -248,13 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cycles", type=int, default=6)
-    parser.add_argument("--records-per-cycle", type=int, default=300)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--lines-per-epoch", type=int, default=150)
     parser.add_argument(
-        "--crash-cycle", type=int, default=3, help="cycle whose task does not ack (0: none)"
+        "--crash-epoch", type=int, default=3, help="epoch whose Spark job is killed (0: none)"
     )
+    parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args(argv)
-    return run(args.cycles, args.records_per_cycle, args.crash_cycle)
+    return run(args.epochs, args.lines_per_epoch, args.crash_epoch, args.parallelism)
 
 
 if __name__ == "__main__":
