@@ -36,9 +36,7 @@ def bare_consumer(bootstrap: str, ends: dict[Any, int]) -> int:
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
-    )
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
     try:
         parts = {KTP(tp.topic, tp.partition): end for tp, end in ends.items()}
         consumer.assign(list(parts))
@@ -111,10 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             barrier = Barrier({tp: OffsetRange(0, end) for tp, end in ends.items()})
             splits = split_ranges(barrier, args.max_records_per_split)
             methods = {
-                "a_bare_consumer": lambda: bare_consumer(bootstrap, ends),
-                "b_read_split_sequential": lambda: sequential_splits(bootstrap, splits),
-                "c_spark_read_split": lambda: spark_splits(spark, bootstrap, splits),
-                "d_spark_source_rows_df": lambda: spark_rows(spark, bootstrap, splits),
+                "a_bare_consumer": lambda ends=ends: bare_consumer(bootstrap, ends),
+                "b_read_split_sequential": lambda splits=splits: sequential_splits(
+                    bootstrap, splits
+                ),
+                "c_spark_read_split": lambda splits=splits: spark_splits(spark, bootstrap, splits),
+                "d_spark_source_rows_df": lambda splits=splits: spark_rows(
+                    spark, bootstrap, splits
+                ),
             }
             result: dict[str, Any] = {
                 "partitions": partitions,
@@ -148,9 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         for r in runs
         for name, m in r["methods"].items()
     ]
-    print(f"{args.records:,} records of {args.size} bytes, Tansu memory storage, best of {args.repeat}")
+    print(
+        f"{args.records:,} records of {args.size} bytes, Tansu memory storage, best of {args.repeat}"
+    )
     print(table(rows, ["partitions", "splits", "method", "records/s", "vs (a)"]))
-    print("produce records/s: " + ", ".join(f"{r['partitions']}p {r['produce_records_per_s']:,}" for r in runs))
+    print(
+        "produce records/s: "
+        + ", ".join(f"{r['partitions']}p {r['produce_records_per_s']:,}" for r in runs)
+    )
     print(f"written: {path}")
     return 0
 

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
 
-__all__ = ["WORDS", "build", "expected", "generate", "pipeline"]
+__all__ = ["HAMLET", "WORDS", "build", "expected", "generate", "lines_for", "pipeline"]
 
 
 def build(topic: str = "lines", name: str = "wordcount") -> Pipeline:
@@ -30,18 +30,17 @@ pipeline = build()
 
 # -- data and ground truth ---------------------------------------------------------------------
 
-WORDS = (
-    "to be or not that is the question whether tis nobler in mind suffer slings and "
-    "arrows of outrageous fortune take arms against a sea troubles"
-).split()
+HAMLET = (
+    "to be or not to be that is the question whether tis nobler in the mind to suffer "
+    "the slings and arrows of outrageous fortune or to take arms against a sea of troubles"
+)
+WORDS = tuple(sorted(set(HAMLET.split())))
 
 
 def lines_for(n: int, seed: int) -> list[str]:
     """``n`` lines of 1-12 words drawn from ``WORDS``; the same for the same seed."""
     rng = random.Random(seed)
-    return [
-        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12))) for _ in range(n)
-    ]
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12))) for _ in range(n)]
 
 
 def generate(bootstrap: str, topic: str, lines: int, seed: int, partitions: int = 2) -> list[str]:

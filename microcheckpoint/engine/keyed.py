@@ -22,11 +22,10 @@ from microcheckpoint.pending import Ack, StateHandle
 from microcheckpoint.state.backends import (
     KeyGroupState,
     canonical_key,
-    decode_memory,
-    decode_table,
     encode_memory,
     encode_table,
 )
+from microcheckpoint.state.chains import DELTA_SUFFIX, load_key_group
 from microcheckpoint.storage import ObjectStore, open_store
 
 __all__ = ["OperatorContext", "crash_point", "process_subtask", "restore_key_group"]
@@ -49,8 +48,9 @@ class OperatorContext:
     trigger_time_ms: int
     ttl_ms: int | None = None
     full_snapshot: bool = False
-    # key group -> (store key, size, key groups in that file) of the state restored from
-    base: dict[int, tuple[str, int, tuple[int, ...]]] = field(default_factory=dict)
+    # key group -> its file chain (base, then deltas) in the state restored from
+    base: dict[int, list[StateHandle]] = field(default_factory=dict)
+    max_deltas: int = 8
     crash_at: str | None = None
     driver_pid: int = 0
 
@@ -71,23 +71,22 @@ def _row_order(row: dict[str, Any]) -> tuple:
 
 
 def restore_key_group(
-    store: ObjectStore, ctx: OperatorContext, kg: int, cache: dict[str, Any]
+    store: ObjectStore, ctx: OperatorContext, kg: int, cache: dict[str, bytes]
 ) -> KeyGroupState:
     """State of key group ``kg`` as of the base checkpoint, without expired entries."""
-    handle = ctx.base.get(kg)
-    if handle is None:
+    chain = ctx.base.get(kg)
+    if not chain:
         return {}
-    key = handle[0]
-    if key not in cache:
-        obj = store.get(key)
-        if obj is None:
-            raise FileNotFoundError(f"state file {store.child_url(key)} is missing")
-        cache[key] = obj.data
-    data = cache[key]
-    if key.endswith(".parquet"):
-        state = decode_table(data, store.child_url(key))
-    else:
-        state = decode_memory(data, store.child_url(key), [kg]).get(kg, {})
+
+    def read(key: str) -> bytes:
+        if key not in cache:
+            obj = store.get(key)
+            if obj is None:
+                raise FileNotFoundError(f"state file {store.child_url(key)} is missing")
+            cache[key] = obj.data
+        return cache[key]
+
+    state = load_key_group(chain, kg, read, store.child_url)
     if ctx.ttl_ms is not None:
         floor = ctx.trigger_time_ms - ctx.ttl_ms
         state = {k: v for k, v in state.items() if v[1] >= floor}
@@ -100,8 +99,9 @@ def process_subtask(
     """Run subtask ``subtask``: restore, apply ``fn`` per key, snapshot, ack; yields outputs.
 
     Steps: 1. group this epoch's rows by key group and key; 2. per owned key group:
-    restore, apply, and write a new file if it changed (an unchanged key group keeps its
-    old file: incremental), or collect it for the memory backend's single file; 3. ack.
+    restore, apply; an unchanged key group keeps referencing its files, a changed one
+    adds its changed keys to this subtask's delta file (or is compacted into a new base
+    when its chain is long), and the memory backend writes one file per subtask; 3. ack.
     """
     store = open_store(ctx.store_url, **ctx.store_options)
     layout = Layout(ctx.pipeline)
@@ -115,40 +115,55 @@ def process_subtask(
         kg = key_group_for(ck.encode(), ctx.max_parallelism)
         by_group.setdefault(kg, {}).setdefault(ck, []).append(row)
     # Step 2: restore, apply, snapshot.
-    cache: dict[str, Any] = {}
+    cache: dict[str, bytes] = {}
     handles: list[StateHandle] = []
     memory: dict[int, KeyGroupState] = {}
+    deltas: dict[int, KeyGroupState] = {}
     outputs: list[dict[str, Any]] = []
     for kg in key_group_range(ctx.max_parallelism, ctx.parallelism, subtask):
         touched = by_group.get(kg)
+        chain = ctx.base.get(kg, [])
         if ctx.backend == "table" and not touched and not ctx.full_snapshot:
-            if kg in ctx.base:
-                key, size, _ = ctx.base[kg]
-                handles.append(StateHandle(key, size, (kg,)))  # incremental: referenced
+            handles.extend(chain)  # incremental: unchanged, referenced
             continue
         state = restore_key_group(store, ctx, kg, cache)
+        changed: KeyGroupState = {}
         for ck in sorted(touched or {}):
             key_rows = sorted(touched[ck], key=_row_order)
             previous = state.get(ck)
             out, new = fn(json.loads(ck), key_rows, None if previous is None else previous[0])
             outputs.extend(out)
             if new is None:
-                state.pop(ck, None)
+                if state.pop(ck, None) is not None:
+                    changed[ck] = (None, ctx.trigger_time_ms)
             else:
-                state[ck] = (new, ctx.trigger_time_ms)
+                state[ck] = changed[ck] = (new, ctx.trigger_time_ms)
         if ctx.backend == "memory":
             if state:
                 memory[kg] = state
+        elif chain and not ctx.full_snapshot and len(chain) <= ctx.max_deltas:
+            # A short chain: only the changed keys go into this subtask's delta file.
+            handles.extend(chain)
+            if changed:
+                deltas[kg] = changed
         elif state:
+            # First snapshot, full snapshot, or a long chain: compact into a new base.
             data = encode_table(state)
             key = f"{prefix}kg-{kg:05d}.parquet"
             store.put(key, data)
             handles.append(StateHandle(key, len(data), (kg,)))
+    if deltas:
+        data = encode_memory(ctx.uid, deltas)
+        key = f"{prefix}{DELTA_SUFFIX}"
+        store.put(key, data)
+        handles.append(StateHandle(key, len(data), tuple(sorted(deltas))))
     if ctx.backend == "memory":
         data = encode_memory(ctx.uid, memory)
         key = f"{prefix}state.json"
         store.put(key, data)
         handles.append(StateHandle(key, len(data), tuple(sorted(memory))))
+    # One handle per file, whatever number of key groups it serves.
+    handles = list({h.key: h for h in handles}.values())
     crash_point("after_snapshot", ctx.crash_at, ctx.driver_pid)
     # Step 3: the ack (a retried Spark task writes the same files and gets DUPLICATE).
     coordinator = CheckpointCoordinator(

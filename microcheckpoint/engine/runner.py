@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from microcheckpoint.completed import CheckpointStatus, read_json
@@ -22,8 +22,9 @@ from microcheckpoint.engine.keyed import OperatorContext, crash_point, process_s
 from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.metadata import CheckpointMetadata
-from microcheckpoint.pending import Ack
+from microcheckpoint.pending import Ack, StateHandle
 from microcheckpoint.savepoints import read_savepoint
+from microcheckpoint.state.chains import key_group_chains
 
 __all__ = ["EpochResult", "expected_tasks", "run_cycle", "run_epoch", "source_schema"]
 
@@ -87,7 +88,7 @@ def _source_rows(bootstrap: str, source: KafkaSource, crash_at: str | None, driv
 
 def _base_handles(
     coordinator: CheckpointCoordinator, cid: CheckpointId
-) -> tuple[dict[str, dict[int, tuple[str, int, tuple[int, ...]]]], bool]:
+) -> tuple[dict[str, dict[int, list[StateHandle]]], bool]:
     """Per operator uid, key group -> state file of the state epoch ``cid`` continues from.
 
     Returns the handles and whether the first snapshot must be full (after a NO_CLAIM restore).
@@ -114,12 +115,12 @@ def _base_handles(
             acks = list(point.metadata.acks.values())
             resolve = point.prefix if point.metadata.relative else ""
             full = bool(marker.get("first_snapshot_full"))
-    handles: dict[str, dict[int, tuple[str, int, tuple[int, ...]]]] = {}
+    per_uid: dict[str, list[StateHandle]] = {}
     for ack in acks:
-        per_uid = handles.setdefault(str(ack.task.uid), {})
-        for h in ack.handles:
-            for kg in h.key_groups:
-                per_uid[kg] = (resolve + h.key, h.size, h.key_groups)
+        per_uid.setdefault(str(ack.task.uid), []).extend(
+            replace(h, key=resolve + h.key) for h in ack.handles
+        )
+    handles = {uid: key_group_chains(hs) for uid, hs in per_uid.items()}
     return handles, full
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from microcheckpoint.completed import scan
@@ -10,7 +11,7 @@ from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.layout import Layout
 from microcheckpoint.metadata import CheckpointMetadata
-from microcheckpoint.state.backends import decode_memory, decode_table
+from microcheckpoint.state.chains import key_group_chains, load_key_group
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["read_keyed_state"]
@@ -47,20 +48,33 @@ def keyed_state_of(
     """The state of ``uid`` held by the checkpoint or savepoint ``meta`` (``prefix`` for relative handles)."""
     out: dict[Any, Any] = {}
     floor = None if ttl_s is None else meta.trigger_time_ms - int(ttl_s * 1000)
-    for task, ack in meta.acks.items():
-        if task.uid.value != uid:
-            continue
-        for handle in ack.handles:
-            key = (prefix if meta.relative else "") + handle.key
+    handles = [
+        replace(h, key=(prefix if meta.relative else "") + h.key)
+        for task, ack in meta.acks.items()
+        if task.uid.value == uid
+        for h in ack.handles
+    ]
+    cache: dict[str, bytes] = {}
+
+    def read(key: str) -> bytes:
+        if key not in cache:
             obj = store.get(key)
             if obj is None:
                 raise CheckpointNotFound(f"state file {store.child_url(key)} is missing")
-            if key.endswith(".parquet"):
-                groups = {0: decode_table(obj.data, store.child_url(key))}
-            else:
-                groups = decode_memory(obj.data, store.child_url(key), handle.key_groups)
-            for state in groups.values():
-                for ck, (value, updated) in state.items():
-                    if floor is None or updated >= floor:
-                        out[json.loads(ck)] = value
+            cache[key] = obj.data
+        return cache[key]
+
+    for kg, chain in sorted(key_group_chains(handles).items()):
+        for ck, (value, updated) in load_key_group(chain, kg, read, store.child_url).items():
+            if floor is None or updated >= floor:
+                out[_hashable(json.loads(ck))] = value
     return out
+
+
+def _hashable(value: Any) -> Any:
+    """Keys as dict keys: lists become tuples and dicts sorted tuples of items."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value

@@ -54,9 +54,7 @@ def test_wordcount_counts_every_word_exactly(kafka_bootstrap, spark, tmp_path):
     counts = run_to_end(spark, pipeline, store, kafka_bootstrap, topic, max_records_per_epoch=20)
 
     assert len(counts) >= 3 and sum(counts) == len(lines)
-    assert read_keyed_state(store, pipeline.name, "word-counts") == dict(
-        wordcount.expected(lines)
-    )
+    assert read_keyed_state(store, pipeline.name, "word-counts") == dict(wordcount.expected(lines))
 
 
 def test_nexmark_highest_bid_per_window_and_bids_per_bidder(kafka_bootstrap, spark, tmp_path):
