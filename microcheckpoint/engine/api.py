@@ -20,6 +20,7 @@ The word count of Flink's documentation::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,13 +107,16 @@ class KeyedOperator:
 def _running_sum_fn(value: str | None) -> KeyedFunction:
     def fn(key: Any, rows: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
         total = (state or 0) + sum((1 if value is None else row[value]) for row in rows)
-        return [{"key": key, "total": total}], total
+        return [{"key": key if isinstance(key, str) else json.dumps(key), "total": total}], total
 
     return fn
 
 
 def running_sum(uid: str, key: str, value: str | None = None, **options: Any) -> KeyedOperator:
-    """Running sum of ``value`` per key (a count when ``value`` is None); outputs ``key, total``."""
+    """Running sum of ``value`` per key (a count when ``value`` is None).
+
+    Outputs ``key string, total long`` (a key that is not a string is output as its JSON).
+    """
     return KeyedOperator(uid, key, _running_sum_fn(value), "key string, total long", **options)
 
 
