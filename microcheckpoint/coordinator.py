@@ -201,7 +201,8 @@ class CheckpointCoordinator:
         partitions); 3. plan the barrier; 4. allocate n with put-if-absent of
         ``_pending``, which holds the barrier (one atomic write: no checkpoint exists
         without its barrier); 5. if a racing trigger took the concurrency slot first,
-        abort n as TRIGGER_REFUSED. The first processing attempt is attempt 1.
+        abort n as TRIGGER_REFUSED. Every processing run then begins its own attempt
+        (``begin_attempt``: 2, 3, ...), so a re-run never mixes with an earlier run's acks.
 
         Args:
             expected: every operator subtask that must ack.

@@ -207,17 +207,23 @@ def _check_pipeline(point: RestorePoint, pipeline: str) -> None:
 
 
 def restore(store: ObjectStore, pipeline: str, point: RestorePoint, claim_mode: ClaimMode) -> dict:
-    """Re-base ``pipeline`` on ``point``: the next checkpoint starts from its offsets.
+    """Re-base ``pipeline`` on ``point``: the next checkpoint starts from its offsets and state.
 
-    Writes ``<pipeline>/_restore``; checkpoints already stored stay untouched.
+    Steps: 1. a point in another storage location (another bucket or folder) is first
+    copied into this pipeline's ``savepoints/`` as a self-contained savepoint, so its state
+    can be restored and stays while referenced; 2. write ``<pipeline>/_restore``.
+    Checkpoints already stored stay untouched.
     """
     _check_pipeline(point, pipeline)
     layout = Layout(pipeline)
+    # Step 1: bring a foreign point into this store.
+    if point.store.url != store.url:
+        point = _import_point(store, layout, point)
     view = scan(store, layout)
-    own = point.store is store and point.prefix.startswith(layout.root + "chk-")
+    own = point.prefix.startswith(layout.root + "chk-")
     marker = {
         "source": point.location,
-        "prefix": point.prefix if point.store is store else None,
+        "prefix": point.prefix,
         "kind": point.metadata.kind,
         "checkpoint_id": point.metadata.checkpoint_id.value,
         "pipeline_checkpoint": point.metadata.checkpoint_id.value if own else None,
@@ -225,8 +231,31 @@ def restore(store: ObjectStore, pipeline: str, point: RestorePoint, claim_mode: 
         "first_snapshot_full": ClaimMode(claim_mode) is ClaimMode.NO_CLAIM,
         "after_id": view.max_id.value if view.max_id else 0,
         "offsets": {str(tp): off for tp, off in sorted(point.metadata.offsets.items())},
-        "handle_keys": point.handle_keys() if point.store is store else [],
+        "handle_keys": point.handle_keys(),
         "note": point.note,
     }
+    # Step 2: the marker.
     store.put(layout.restore, json.dumps(marker, sort_keys=True).encode())
     return marker
+
+
+def _import_point(store: ObjectStore, layout: Layout, point: RestorePoint) -> RestorePoint:
+    prefix = f"{layout.savepoints}imported-{point.metadata.checkpoint_id.value:010d}-{uuid.uuid4().hex[:6]}/"
+    acks = {}
+    for task, ack in point.metadata.acks.items():
+        handles = []
+        for handle in ack.handles:
+            source_key = (point.prefix if point.metadata.relative else "") + handle.key
+            obj = point.store.get(source_key)
+            if obj is None:
+                raise RestoreError(
+                    f"{point.location}: {point.store.child_url(source_key)} is missing"
+                )
+            relative = "files/" + source_key.split("/", 1)[-1]
+            store.put(prefix + relative, obj.data)
+            handles.append(StateHandle(relative, handle.size, handle.key_groups))
+        acks[task] = replace(ack, handles=tuple(handles))
+    meta = replace(point.metadata, acks=acks, kind="savepoint", relative=True)
+    store.put(prefix + "_metadata", encode_metadata(meta))
+    log.warning("restore: copied %s into %s", point.location, store.child_url(prefix))
+    return RestorePoint(store.child_url(prefix.rstrip("/")), meta, store, prefix, point.note)
