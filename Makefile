@@ -31,8 +31,8 @@ test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_reader.py
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_checkpoint_bytes.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.bench_reader
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.bench_checkpoint_bytes
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
