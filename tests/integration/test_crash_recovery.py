@@ -366,3 +366,7 @@ def test_a_killed_epoch_recovers_exactly_once(
     assert previous == ends
     assert all(view.records[c].notified for c in view.completed)
     assert not view.ids(CheckpointStatus.COMPLETING)
+    # I5: the killed attempt's files are gone; every state file left is referenced.
+    referenced = {h.key for h in view.metadata(view.latest_completed).handles}
+    state_files = {k for k in store.list(f"{PIPELINE}/") if "/state/" in k}
+    assert state_files == referenced
