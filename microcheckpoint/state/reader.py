@@ -14,7 +14,7 @@ from microcheckpoint.metadata import CheckpointMetadata
 from microcheckpoint.state.chains import key_group_chains, load_key_group
 from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["read_keyed_state"]
+__all__ = ["keyed_state_of", "read_keyed_state", "state_dataframe"]
 
 
 def read_keyed_state(
@@ -78,3 +78,23 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     return value
+
+
+def state_dataframe(
+    spark: Any,
+    store: ObjectStore,
+    pipeline: str,
+    uid: str,
+    checkpoint: CheckpointId | None = None,
+    ttl_s: float | None = None,
+) -> Any:
+    """Operator ``uid``'s keyed state at ``checkpoint`` as a Spark DataFrame.
+
+    Columns: ``key`` (the key's canonical JSON, or the string itself for string keys) and
+    ``state`` (the state value as JSON text), sorted by key.
+    """
+    rows = [
+        (key if isinstance(key, str) else json.dumps(key), json.dumps(value, sort_keys=True))
+        for key, value in read_keyed_state(store, pipeline, uid, checkpoint, ttl_s).items()
+    ]
+    return spark.createDataFrame(sorted(rows), "key string, state string")

@@ -401,7 +401,7 @@ def test_rescaled_state_equals_state_at_parallelism_one(
 # ---- 5. incremental snapshots ------------------------------------------------------------
 
 
-def _incremental_run(spark, bootstrap, tmp_path, incremental: bool):
+def _incremental_run(spark, bootstrap, tmp_path, incremental: bool, spread: bool = False):
     topic = _topic(bootstrap, 1)
     keys = [f"user-{i:04d}" for i in range(2000)]
     assert {_kg(k) for k in keys} == set(range(MAX_P))  # every key group holds state
@@ -413,6 +413,8 @@ def _incremental_run(spark, bootstrap, tmp_path, incremental: bool):
         touched.extend(by_kg[kg][: 20 - len(touched)])
         if len(touched) == 20:
             break
+    if spread:  # 1% of the keys, spread over many key groups
+        touched = keys[::100]
     touched_kgs = {_kg(k) for k in touched}
     records = [(0, k.encode()) for k in keys] + [(0, k.encode()) for k in touched]
     _produce(bootstrap, topic, records)
@@ -443,6 +445,22 @@ def test_incremental_snapshot_writes_only_changed_key_groups(spark, kafka_bootst
     assert {kg for h in handles if h.key in delta for kg in h.key_groups} == touched_kgs
     assert {h.key for h in handles} == set(delta) | {h.key for h in handles if h.key in full}
     assert {h.key for h in handles if h.key in delta} == set(delta)
+
+
+def test_incremental_snapshot_of_one_percent_of_keys_spread_over_key_groups(
+    spark, kafka_bootstrap, tmp_path
+):
+    store, name, touched_kgs, results = _incremental_run(
+        spark, kafka_bootstrap, tmp_path, True, spread=True
+    )
+    full = _state_files(store, name, 1)
+    delta = _state_files(store, name, 2)
+
+    assert len(touched_kgs) >= 15  # 20 keys in 15+ of 128 key groups
+    assert sum(delta.values()) <= 0.10 * sum(full.values())
+    handles = results[1].metadata.handles
+    assert {kg for h in handles for kg in h.key_groups} == set(range(MAX_P))
+    assert {kg for h in handles if h.key in delta for kg in h.key_groups} == touched_kgs
 
 
 def test_non_incremental_snapshot_rewrites_every_key_group(spark, kafka_bootstrap, tmp_path):
@@ -648,3 +666,24 @@ def test_restore_from_a_savepoint_opened_through_another_store_object(
     spark, kafka_bootstrap, tmp_path
 ):
     _savepoint_run(spark, kafka_bootstrap, tmp_path, reopen_store=True)
+
+
+def test_keyed_state_is_readable_as_a_dataframe(spark, kafka_bootstrap, tmp_path):
+    from microcheckpoint.state.reader import state_dataframe
+
+    topic = _topic(kafka_bootstrap, 1)
+    _produce(kafka_bootstrap, topic, [(0, w.encode()) for w in ["a b", "b c", "c"]])
+    name = _name("df")
+    store = FileStore(f"file://{tmp_path}")
+    pipeline = _wordcount(name, topic)
+    _cycles(
+        spark,
+        pipeline,
+        _config(store, name, max_records_per_epoch=10),
+        store,
+        kafka_bootstrap,
+        2,
+        1,
+    )
+    rows = state_dataframe(spark, store, name, "word-counts").collect()
+    assert [(r.key, r.state) for r in rows] == [("a", "1"), ("b", "2"), ("c", "2")]
