@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                     "checkpoint": result.checkpoint_id.value,
                     "attempt": result.attempt,
                     "records": result.records,
+                    "master": spark.sparkContext.master,
                 }
             )
         )

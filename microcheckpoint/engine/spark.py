@@ -1,4 +1,4 @@
-"""A SparkSession for local runs and tests (``local[*]`` by default)."""
+"""A SparkSession for local runs and tests (``local[2]`` by default)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,22 @@ __all__ = ["local_spark"]
 def local_spark(
     master: str | None = None, app: str = "microcheckpoint", shuffle_partitions: int = 4
 ) -> Any:
-    """Build (or get) a SparkSession whose executors run this virtual environment's Python."""
+    """Build (or get) a SparkSession whose executors run this virtual environment's Python.
+
+    ``master`` defaults to ``MICROCHECKPOINT_SPARK_MASTER`` or ``local[2]``; under
+    ``spark-submit`` (a Py4J gateway is handed over) the submitted ``--master`` is kept.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(
+    builder = SparkSession.builder
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(
             master or os.environ.get("MICROCHECKPOINT_SPARK_MASTER", "local[2]")
         )
-        .appName(app)
+    builder = (
+        builder.appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
