@@ -26,6 +26,13 @@ PURE_CORE = [
     "microcheckpoint.storage",
     "microcheckpoint.storage.port",
     "microcheckpoint.storage.file",
+    "microcheckpoint.keygroups",
+    "microcheckpoint.state.backends",
+    "microcheckpoint.state.chains",
+    "microcheckpoint.state.reader",
+    # The executor side of the engine imports no Spark either.
+    "microcheckpoint.engine.api",
+    "microcheckpoint.engine.keyed",
 ]
 
 BLOCKER = textwrap.dedent(
