@@ -484,10 +484,12 @@ class CheckpointCoordinator:
         self,
         cid: CheckpointId,
         commit_offsets: Callable[[Mapping[TopicPartition, int]], None] | None = None,
+        commit_sinks: Callable[[CheckpointMetadata], None] | None = None,
     ) -> None:
         """notifyCheckpointComplete: group offsets, cleanup, retention. Idempotent.
 
-        Steps: 1. commit the group offsets (only for the latest completed checkpoint,
+        Steps: 0. commit the sinks (publish what the epoch staged); 1. commit the group
+        offsets (only for the latest completed checkpoint,
         so committed offsets never move back; I1); 2. delete files of checkpoint ``cid``
         that its ``_metadata`` does not reference; 3. mark notified; 4. apply retention.
         """
@@ -498,6 +500,9 @@ class CheckpointCoordinator:
                 f"checkpoint {cid} of {self.config.pipeline!r} is not completed"
             )
         meta = view.metadata(cid)
+        # Step 0: publish the sinks' staged output (idempotent per pipeline, uid, epoch).
+        if commit_sinks is not None:
+            commit_sinks(meta)
         # Step 1: group offsets.
         if commit_offsets is not None and view.latest_completed == cid:
             commit_offsets(meta.offsets)

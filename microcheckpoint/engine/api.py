@@ -27,6 +27,7 @@ from typing import Any
 
 from microcheckpoint.errors import ConfigError
 from microcheckpoint.ids import OperatorUid
+from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.backends import check_backend
 
 __all__ = ["KafkaSource", "KeyedOperator", "Pipeline", "running_sum"]
@@ -126,7 +127,7 @@ class Pipeline:
 
     name: str
     source: KafkaSource
-    stages: list[Callable[[Any], Any] | KeyedOperator] = field(default_factory=list)
+    stages: list[Callable[[Any], Any] | KeyedOperator | Sink] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         try:
@@ -137,16 +138,19 @@ class Pipeline:
         for stage in stages:
             self.then(stage)
 
-    def _check(self, stage: Callable[[Any], Any] | KeyedOperator) -> None:
-        if not isinstance(stage, KeyedOperator) and not callable(stage):
+    def _check(self, stage: Callable[[Any], Any] | KeyedOperator | Sink) -> None:
+        if not isinstance(stage, KeyedOperator | Sink) and not callable(stage):
             raise ConfigError(
-                "stage", stage, "a function DataFrame -> DataFrame or a KeyedOperator"
+                "stage", stage, "a function DataFrame -> DataFrame, a KeyedOperator or a Sink"
             )
 
-    def then(self, stage: Callable[[Any], Any] | KeyedOperator) -> Pipeline:
-        """Append a stage; refuses a stateful operator whose uid is already used."""
+    def then(self, stage: Callable[[Any], Any] | KeyedOperator | Sink) -> Pipeline:
+        """Append a stage; refuses a stateful operator or sink whose uid is already used.
+
+        A sink passes its input on unchanged, so more stages (or sinks) may follow it.
+        """
         self._check(stage)
-        if isinstance(stage, KeyedOperator) and stage.uid in self.uids:
+        if isinstance(stage, KeyedOperator | Sink) and stage.uid in self.uids:
             raise ConfigError("uid", stage.uid, "unique within the pipeline; it is used twice")
         self.stages.append(stage)
         return self
@@ -156,5 +160,9 @@ class Pipeline:
         return [s for s in self.stages if isinstance(s, KeyedOperator)]
 
     @property
+    def sinks(self) -> list[Sink]:
+        return [s for s in self.stages if isinstance(s, Sink)]
+
+    @property
     def uids(self) -> list[str]:
-        return [self.source.uid, *(op.uid for op in self.operators)]
+        return [self.source.uid, *(op.uid for op in self.operators), *(s.uid for s in self.sinks)]

@@ -19,11 +19,13 @@ from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.engine.api import KafkaSource, KeyedOperator, Pipeline
 from microcheckpoint.engine.keyed import OperatorContext, crash_point, process_subtask
+from microcheckpoint.engine.sinkstage import SinkContext, commit_sinks, stage_part
 from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.metadata import CheckpointMetadata
 from microcheckpoint.pending import Ack, StateHandle
 from microcheckpoint.savepoints import read_savepoint
+from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.chains import key_group_chains
 
 __all__ = ["EpochResult", "expected_tasks", "run_cycle", "run_epoch", "source_schema"]
@@ -45,8 +47,8 @@ class EpochResult:
 def expected_tasks(pipeline: Pipeline, parallelism: int) -> list[TaskId]:
     """The acks a checkpoint of ``pipeline`` needs: the source, and every keyed subtask."""
     tasks = [TaskId.of(pipeline.source.uid, 0)]
-    for op in pipeline.operators:
-        tasks.extend(TaskId.of(op.uid, i) for i in range(parallelism))
+    for uid in [op.uid for op in pipeline.operators] + [s.uid for s in pipeline.sinks]:
+        tasks.extend(TaskId.of(uid, i) for i in range(parallelism))
     return tasks
 
 
@@ -162,8 +164,20 @@ def run_epoch(
     )
     df = spark.createDataFrame(rows, source_schema(pipeline.source))
     # Step 4: the stages.
+    sink_runs = []
     for stage in pipeline.stages:
-        if isinstance(stage, KeyedOperator):
+        if isinstance(stage, Sink):
+            df = df.persist()
+            sink_ctx = SinkContext(
+                coordinator.store.url,
+                dict(store_options or {}),
+                pipeline.name,
+                cid.value,
+                attempt,
+                coordinator.config.mode.value,
+            )
+            sink_runs.append(_sink_stage(df, stage, sink_ctx, parallelism))
+        elif isinstance(stage, KeyedOperator):
             ctx = OperatorContext(
                 store_url=coordinator.store.url,
                 store_options=dict(store_options or {}),
@@ -185,8 +199,10 @@ def run_epoch(
             df = _keyed(spark, df, stage, ctx)
         else:
             df = stage(df)
+    for staged in sink_runs:
+        staged.count()
     outputs = [r.asDict(recursive=True) for r in df.collect()] if collect else None
-    if not collect:
+    if not collect and not (pipeline.stages and isinstance(pipeline.stages[-1], Sink)):
         df.count()
     # Step 5: the source's operator state is the barrier's ends.
     offsets = {str(tp): end for tp, end in barrier.ends.items()}
@@ -210,6 +226,29 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
         lambda index, items: process_subtask(ctx, fn, index, (d for _, d in items))
     )
     return spark.createDataFrame(out, op.output_schema)
+
+
+def _sink_stage(df: Any, sink: Sink, ctx: SinkContext, parallelism: int) -> Any:
+    """The RDD that pre-commits ``df`` into ``sink`` as ``parallelism`` subtasks."""
+    import hashlib
+    import json as _json
+
+    def route(row: Any) -> tuple[int, dict[str, Any]]:
+        d = row.asDict(recursive=True)
+        digest = hashlib.blake2b(
+            _json.dumps(d, sort_keys=True, default=str).encode(), digest_size=8
+        )
+        return int.from_bytes(digest.digest(), "big") % parallelism, d
+
+    routed = df.rdd.map(route).partitionBy(parallelism, lambda part: part)
+    return routed.mapPartitionsWithIndex(
+        lambda index, items: stage_part(ctx, sink, index, (d for _, d in items))
+    )
+
+
+def sink_committer(pipeline: Pipeline, store: Any):
+    """The ``commit_sinks`` callback of ``CheckpointCoordinator.notify`` for ``pipeline``."""
+    return lambda meta: commit_sinks(store, pipeline.sinks, meta)
 
 
 def run_cycle(
@@ -241,10 +280,16 @@ def run_cycle(
 
         # Step 1: recovery.
         coordinator.finish_completing()
+        publish = sink_committer(pipeline, store)
+        if config.mode.value == "AT_LEAST_ONCE":
+            publish = None  # the sinks published during processing
+        for sink in pipeline.sinks:
+            sink.open()
         view = coordinator.view()
         for done in view.completed:
             if not view.records[done].notified:
-                coordinator.notify(done, commit)
+                # Completed but not yet committed: publish before anything new runs.
+                coordinator.notify(done, commit, publish)
         # Step 2: the epoch to run.
         view = coordinator.view()
         if view.pending:
@@ -275,6 +320,6 @@ def run_cycle(
         # Step 4: the global ack.
         meta = coordinator.complete(cid)
         crash_point("after_metadata", crash_at, os.getpid())
-        # Step 5: notify.
-        coordinator.notify(cid, commit)
+        # Step 5: notify (sinks publish, group offsets, retention).
+        coordinator.notify(cid, commit, publish)
     return EpochResult(cid, result.attempt, result.records, result.outputs, meta)

@@ -1,0 +1,72 @@
+"""The sink contract: pre-commit, commit, abort — a two-phase commit driven by checkpoints.
+
+How the engine drives a sink (EXACTLY_ONCE, the default):
+
+1. **pre-commit** (during processing, in the executors): the engine stages subtask ``i``'s
+   rows of epoch ``n`` as a file in checkpoint storage (``chk-<n>/sink/<uid>/…``) and acks
+   with its handle, so the staged output is part of the checkpoint.
+2. **commit** (notify, after ``_metadata``, on the driver): ``Sink.commit(epoch, parts)``
+   publishes every part. It must be idempotent per ``(pipeline, uid, epoch)``: called again
+   after a crash anywhere inside it, or by a second (zombie) notifier, it publishes nothing
+   twice. After a crash, completed-but-uncommitted epochs are committed, in order, before
+   anything new runs.
+3. **abort**: staged output of an aborted epoch is never published; it is deleted with the
+   checkpoint's other files.
+
+In AT_LEAST_ONCE mode the engine calls ``write_at_least_once`` from the executors during
+processing instead; a replayed epoch may publish again (duplicates), never lose output.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from microcheckpoint.errors import ConfigError
+from microcheckpoint.ids import OperatorUid
+
+__all__ = ["EpochInfo", "Sink"]
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EpochInfo:
+    """Which epoch a sink publishes: the idempotency key is ``(pipeline, uid, checkpoint_id)``."""
+
+    pipeline: str
+    uid: str
+    checkpoint_id: int
+
+
+class Sink(abc.ABC):
+    """A transactional sink. Subclasses set ``uid`` (via ``__init__``) and implement ``commit``."""
+
+    def __init__(self, uid: str) -> None:
+        if not uid:
+            raise ConfigError("uid", uid, "every sink needs a stable, unique uid")
+        try:
+            self.uid = OperatorUid(str(uid)).value
+        except ValueError as exc:
+            raise ConfigError("uid", uid, str(exc)) from exc
+
+    def open(self) -> None:  # noqa: B027 - optional hook
+        """Prepare the destination (create a table or topic); idempotent; on the driver."""
+
+    @abc.abstractmethod
+    def commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
+        """Publish epoch ``epoch``: ``parts[i]`` are subtask ``i``'s rows, in a fixed order.
+
+        Idempotent per ``(pipeline, uid, epoch)``: a repeated call publishes nothing twice.
+        """
+
+    def write_at_least_once(self, epoch: EpochInfo, part: int, rows: Sequence[Row]) -> None:
+        """AT_LEAST_ONCE: publish subtask ``part``'s rows of ``epoch`` now (from an executor).
+
+        Parts arrive one by one and may arrive again when an epoch is replayed.
+        """
+        raise ConfigError(
+            "mode", "AT_LEAST_ONCE", f"a sink that supports it; {type(self).__name__} does not"
+        )
