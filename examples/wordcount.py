@@ -6,27 +6,39 @@ another topic (tests use a fresh topic per run).
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 
 from pyspark.sql import functions as F
 
 from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
+from microcheckpoint.sinks.files import FileSink
 
 __all__ = ["HAMLET", "WORDS", "build", "expected", "generate", "lines_for", "pipeline"]
 
 
-def build(topic: str = "lines", name: str = "wordcount") -> Pipeline:
-    """Lines of text in, a running count per word in keyed state ``word-counts``."""
-    return (
+def build(
+    topic: str = "lines", name: str = "wordcount", sink_target: str | None = None
+) -> Pipeline:
+    """Lines of text in, a running count per word in keyed state ``word-counts``.
+
+    With ``sink_target`` (a ``file://`` or ``s3://`` URL) every epoch's updated totals are
+    also published exactly once as JSON-lines files (``FileSink`` uid ``word-totals``).
+    """
+    pipeline = (
         Pipeline(name, KafkaSource("lines-source", [topic], value_format="text"))
         .then(lambda df: df.select(F.explode(F.split("value", r"\s+")).alias("word")))
         .then(lambda df: df.where("word != ''"))
         .then(running_sum("word-counts", key="word"))
     )
+    if sink_target:
+        pipeline.then(FileSink("word-totals", sink_target))
+    return pipeline
 
 
-pipeline = build()
+# The demo's Spark job processes build this with the demo's sink (WORDCOUNT_SINK).
+pipeline = build(sink_target=os.environ.get("WORDCOUNT_SINK") or None)
 
 # -- data and ground truth ---------------------------------------------------------------------
 

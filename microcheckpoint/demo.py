@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -58,6 +59,7 @@ def _killed_run(stack: devstack.Stack, storage: str, config: dict, parallelism: 
         "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "PYSPARK_PYTHON": sys.executable,
         "MICROCHECKPOINT_CRASH_AT": "after_snapshot",
+        "WORDCOUNT_SINK": os.environ.get("WORDCOUNT_SINK", ""),
     }
     argv = [
         sys.executable,
@@ -80,11 +82,12 @@ def _killed_run(stack: devstack.Stack, storage: str, config: dict, parallelism: 
 
 
 def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -> int:
-    from examples.wordcount import lines_for, pipeline
+    from examples.wordcount import build, lines_for
     from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
     from microcheckpoint.config import CheckpointConfig
     from microcheckpoint.engine.runner import run_cycle
     from microcheckpoint.engine.spark import local_spark
+    from microcheckpoint.sinks.files import read_committed
     from microcheckpoint.state.reader import read_keyed_state
 
     _say("starting the local broker (Tansu) and S3 server (moto) ...")
@@ -102,6 +105,12 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
             "access_key": stack.s3.access_key,
             "secret_key": stack.s3.secret_key,
         }
+        output = ROOT / "demo-output"
+        if output.exists():
+            shutil.rmtree(output)
+        sink_target = f"file://{output}"
+        os.environ["WORDCOUNT_SINK"] = sink_target  # the killed job process builds the same
+        pipeline = build(sink_target=sink_target)
         settings = {"max_records_per_epoch": 60, "retained": 3}
         config = CheckpointConfig.from_mapping(
             {"pipeline": pipeline.name, "storage": storage, **settings}
@@ -176,7 +185,38 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
             spark.stop()
         counts = read_keyed_state(store, pipeline.name, "word-counts")
         truth = Counter(w for line in all_lines for w in line.split())
-        return report(store, pipeline.name, started_at, counts, truth, len(all_lines))
+        published = read_committed(sink_target, pipeline.name, "word-totals")
+        code = report(store, pipeline.name, started_at, counts, truth, len(all_lines))
+        return code or show_output(output, published, truth)
+
+
+def show_output(output: Path, published: list[dict], truth: Counter) -> int:
+    """The sink's files a person can open, and a check of what they hold."""
+    manifests = sorted((output / "wordcount" / "word-totals" / "_manifests").glob("*.json"))
+    print()
+    print(f"Published output (FileSink, exactly once): {output}/wordcount/word-totals/")
+    print(
+        f"  {len(manifests)} epoch manifests, e.g. {manifests[-1].name if manifests else '-'}; "
+        f"each epoch's files hold the words it updated with their new totals"
+    )
+    finals: dict[str, int] = {}
+    seen: set[tuple[str, int]] = set()
+    duplicates = 0
+    for row in published:
+        pair = (row["key"], row["total"])
+        duplicates += pair in seen
+        seen.add(pair)
+        finals[row["key"]] = max(finals.get(row["key"], 0), row["total"])
+    ok = finals == dict(truth) and duplicates == 0
+    print(
+        f"  rows published: {len(published)}, duplicates: {duplicates}; latest total per word "
+        f"{'equals' if finals == dict(truth) else 'DIFFERS FROM'} the ground truth"
+    )
+    print(
+        "OUTPUT: "
+        + ("OK - published files match the ground truth, nothing twice" if ok else "MISMATCH")
+    )
+    return 0 if ok else 1
 
 
 def _offsets(store, name: str, cid: CheckpointId | None) -> dict:
@@ -191,7 +231,7 @@ def report(store, name, durations, counts, truth, produced) -> int:
     print(f"Checkpoint history (storage: {store.url}; retained=3, older ones dropped)")
     header = (
         f"{'id':>3}  {'status':<10} {'attempt':>7}  {'offsets (p0, p1, p2)':<22} "
-        f"{'new state files':>15} {'reused':>6} {'bytes':>7} {'s':>5}"
+        f"{"new files":>15} {'reused':>6} {'bytes':>7} {'s':>5}"
     )
     print(header)
     print("-" * len(header))
@@ -243,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args(argv)
-    return run(args.epochs, args.lines_per_epoch, args.crash_epoch, args.parallelism)
+    saved = os.environ.get("WORDCOUNT_SINK")
+    try:
+        return run(args.epochs, args.lines_per_epoch, args.crash_epoch, args.parallelism)
+    finally:
+        if saved is None:
+            os.environ.pop("WORDCOUNT_SINK", None)
+        else:
+            os.environ["WORDCOUNT_SINK"] = saved
 
 
 if __name__ == "__main__":

@@ -12,3 +12,5 @@ def test_demo_recovers_from_a_killed_spark_job_exactly(capsys):
     assert "epoch 2: checkpoint 2 completed (attempt 3" in out  # re-run as a new attempt
     assert "lines produced: 180" in out
     assert "RESULT: OK" in out
+    assert "OUTPUT: OK" in out
+    assert "duplicates: 0" in out
