@@ -231,7 +231,7 @@ def report(store, name, durations, counts, truth, produced) -> int:
     print(f"Checkpoint history (storage: {store.url}; retained=3, older ones dropped)")
     header = (
         f"{'id':>3}  {'status':<10} {'attempt':>7}  {'offsets (p0, p1, p2)':<22} "
-        f"{"new files":>15} {'reused':>6} {'bytes':>7} {'s':>5}"
+        f"{'new files':>15} {'reused':>6} {'bytes':>7} {'s':>5}"
     )
     print(header)
     print("-" * len(header))
