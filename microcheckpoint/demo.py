@@ -123,6 +123,22 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
         _say("starting Spark (local[2]) ...")
         spark = local_spark()
         started_at: dict[int, float] = {}
+
+        def cycle():
+            """One run_cycle, timed for the history table."""
+            t0 = time.monotonic()
+            result = run_cycle(
+                spark,
+                pipeline,
+                config,
+                store,
+                bootstrap=stack.kafka_bootstrap,
+                parallelism=parallelism,
+                store_options=options,
+            )
+            started_at[result.checkpoint_id.value] = time.monotonic() - t0
+            return result
+
         try:
             for epoch in range(1, epochs + 1):
                 batch = all_lines[(epoch - 1) * lines_per_epoch : epoch * lines_per_epoch]
@@ -143,17 +159,7 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
                         "  recovering: the next run re-runs that epoch from the last "
                         "completed checkpoint's state"
                     )
-                t0 = time.monotonic()
-                result = run_cycle(
-                    spark,
-                    pipeline,
-                    config,
-                    store,
-                    bootstrap=stack.kafka_bootstrap,
-                    parallelism=parallelism,
-                    store_options=options,
-                )
-                started_at[result.checkpoint_id.value] = time.monotonic() - t0
+                result = cycle()
                 _say(
                     f"epoch {epoch}: checkpoint {result.checkpoint_id} completed "
                     f"(attempt {result.attempt}, {result.records} lines)"
@@ -166,17 +172,7 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
                     offsets = _offsets(store, pipeline.name, latest)
                     if sum(offsets.values()) >= sum(kafka.end_offsets(tps).values()):
                         break
-                    t0 = time.monotonic()
-                    result = run_cycle(
-                        spark,
-                        pipeline,
-                        config,
-                        store,
-                        bootstrap=stack.kafka_bootstrap,
-                        parallelism=parallelism,
-                        store_options=options,
-                    )
-                    started_at[result.checkpoint_id.value] = time.monotonic() - t0
+                    result = cycle()
                     _say(
                         f"catching up: checkpoint {result.checkpoint_id} completed "
                         f"({result.records} lines)"

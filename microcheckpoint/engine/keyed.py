@@ -25,7 +25,7 @@ from microcheckpoint.state.backends import (
     encode_memory,
     encode_table,
 )
-from microcheckpoint.state.chains import DELTA_SUFFIX, load_key_group
+from microcheckpoint.state.chains import DELTA_SUFFIX, cached_reader, load_key_group
 from microcheckpoint.storage import ObjectStore, open_store
 
 __all__ = ["OperatorContext", "crash_point", "process_subtask", "restore_key_group"]
@@ -78,15 +78,7 @@ def restore_key_group(
     if not chain:
         return {}
 
-    def read(key: str) -> bytes:
-        if key not in cache:
-            obj = store.get(key)
-            if obj is None:
-                raise FileNotFoundError(f"state file {store.child_url(key)} is missing")
-            cache[key] = obj.data
-        return cache[key]
-
-    state = load_key_group(chain, kg, read, store.child_url)
+    state = load_key_group(chain, kg, cached_reader(store, cache), store.child_url)
     if ctx.ttl_ms is not None:
         floor = ctx.trigger_time_ms - ctx.ttl_ms
         state = {k: v for k, v in state.items() if v[1] >= floor}

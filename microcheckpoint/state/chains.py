@@ -13,13 +13,29 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
+from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.pending import StateHandle
 from microcheckpoint.state.backends import KeyGroupState, decode_memory, decode_table
+from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["DELTA_SUFFIX", "is_delta", "key_group_chains", "load_key_group"]
+__all__ = ["DELTA_SUFFIX", "cached_reader", "is_delta", "key_group_chains", "load_key_group"]
 
 DELTA_SUFFIX = "delta.json"
 _CHK = re.compile(r"chk-(\d{10})/")
+
+
+def cached_reader(store: ObjectStore, cache: dict[str, bytes]) -> Callable[[str], bytes]:
+    """Read state files through ``cache`` (a delta file serves many key groups)."""
+
+    def read(key: str) -> bytes:
+        if key not in cache:
+            obj = store.get(key)
+            if obj is None:
+                raise CheckpointNotFound(f"state file {store.child_url(key)} is missing")
+            cache[key] = obj.data
+        return cache[key]
+
+    return read
 
 
 def is_delta(key: str) -> bool:

@@ -11,7 +11,7 @@ from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.layout import Layout
 from microcheckpoint.metadata import CheckpointMetadata
-from microcheckpoint.state.chains import key_group_chains, load_key_group
+from microcheckpoint.state.chains import cached_reader, key_group_chains, load_key_group
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["keyed_state_of", "read_keyed_state", "state_dataframe"]
@@ -54,16 +54,7 @@ def keyed_state_of(
         if task.uid.value == uid
         for h in ack.handles
     ]
-    cache: dict[str, bytes] = {}
-
-    def read(key: str) -> bytes:
-        if key not in cache:
-            obj = store.get(key)
-            if obj is None:
-                raise CheckpointNotFound(f"state file {store.child_url(key)} is missing")
-            cache[key] = obj.data
-        return cache[key]
-
+    read = cached_reader(store, {})
     for kg, chain in sorted(key_group_chains(handles).items()):
         for ck, (value, updated) in load_key_group(chain, kg, read, store.child_url).items():
             if floor is None or updated >= floor:
