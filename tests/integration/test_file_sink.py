@@ -117,6 +117,25 @@ def _env(topic, target, name, **extra):
     }
 
 
+def _run_job(store, bootstrap, config_json, env):
+    """One cycle as its own spark_jobs/run_epoch.py process (killed by the crash point in env)."""
+    argv = [
+        sys.executable,
+        str(ROOT / "spark_jobs" / "run_epoch.py"),
+        "--pipeline",
+        "sink_pipeline:pipeline",
+        "--storage",
+        store.url,
+        "--bootstrap",
+        bootstrap,
+        "--parallelism",
+        "2",
+        "--config",
+        config_json,
+    ]
+    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, start_new_session=True)
+
+
 def _pipeline(monkeypatch, topic, target, name):
     for key, value in {"SINK_TOPIC": topic, "SINK_TARGET": target, "SINK_NAME": name}.items():
         monkeypatch.setenv(key, value)
@@ -155,22 +174,12 @@ def test_engine_output_equals_a_failure_free_run_after_kill_between_metadata_and
     # The same input, with the Spark job killed after _metadata, before the sinks commit.
     target = f"file://{tmp_path}/out"
     store = FileStore(f"file://{tmp_path}/chk")
-    argv = [
-        sys.executable,
-        str(ROOT / "spark_jobs" / "run_epoch.py"),
-        "--pipeline",
-        "sink_pipeline:pipeline",
-        "--storage",
-        store.url,
-        "--bootstrap",
+    done = _run_job(
+        store,
         kafka_bootstrap,
-        "--parallelism",
-        "2",
-        "--config",
         '{"max_records_per_epoch": 10}',
-    ]
-    env = _env(topic, target, "crashed", MICROCHECKPOINT_CRASH_AT="after_metadata")
-    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, start_new_session=True)
+        _env(topic, target, "crashed", MICROCHECKPOINT_CRASH_AT="after_metadata"),
+    )
     assert done.returncode == -signal.SIGKILL
     view = scan(store, Layout("crashed"))
     assert [c.value for c in view.completed] == [1]
@@ -195,22 +204,12 @@ def test_at_least_once_mode_loses_nothing_and_duplicates_only_replayed_epochs(
     _produce(kafka_bootstrap, topic, LINES)
     target = f"file://{tmp_path}/out"
     store = FileStore(f"file://{tmp_path}/chk")
-    argv = [
-        sys.executable,
-        str(ROOT / "spark_jobs" / "run_epoch.py"),
-        "--pipeline",
-        "sink_pipeline:pipeline",
-        "--storage",
-        store.url,
-        "--bootstrap",
+    done = _run_job(
+        store,
         kafka_bootstrap,
-        "--parallelism",
-        "2",
-        "--config",
         '{"max_records_per_epoch": 10, "mode": "AT_LEAST_ONCE"}',
-    ]
-    env = _env(topic, target, "alo", MICROCHECKPOINT_CRASH_AT="after_acks")
-    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, start_new_session=True)
+        _env(topic, target, "alo", MICROCHECKPOINT_CRASH_AT="after_acks"),
+    )
     assert done.returncode == -signal.SIGKILL
     written_before_crash = read_committed(target, "alo", "totals")
     assert written_before_crash  # at least once: published during processing

@@ -91,6 +91,17 @@ def _pipeline(name, topic, sink):
     )
 
 
+def _process_first_epoch(spark, pipeline, coordinator, topic, bootstrap):
+    """Trigger epoch 1 over everything produced and run its Spark job (no complete, no notify)."""
+    with KafkaOffsets(bootstrap) as kafka:
+        tps = kafka.partitions(topic)
+        pending = coordinator.trigger(
+            expected_tasks(pipeline, 2), kafka.end_offsets(tps), lambda new: dict.fromkeys(new, 0)
+        )
+    run_epoch(spark, pipeline, coordinator, pending.checkpoint_id, bootstrap=bootstrap)
+    return pending
+
+
 def _config(store, name, mode="EXACTLY_ONCE"):
     return CheckpointConfig.from_mapping(
         {
@@ -146,12 +157,7 @@ def test_exactly_once_output_after_crash_retry_and_zombie(spark, kafka_bootstrap
     coordinator = CheckpointCoordinator(store, config)
     sink.open()
     # Epoch 1 completes, then the process dies before notify: nothing is published.
-    with KafkaOffsets(kafka_bootstrap) as kafka:
-        tps = kafka.partitions(topic)
-        pending = coordinator.trigger(
-            expected_tasks(pipeline, 2), kafka.end_offsets(tps), lambda new: dict.fromkeys(new, 0)
-        )
-    run_epoch(spark, pipeline, coordinator, pending.checkpoint_id, bootstrap=kafka_bootstrap)
+    pending = _process_first_epoch(spark, pipeline, coordinator, topic, kafka_bootstrap)
     first = coordinator.complete(pending.checkpoint_id)
     assert read() == []
     # A retried task of the staged epoch writes the same bytes and acks as a duplicate.
@@ -182,13 +188,8 @@ def test_at_least_once_duplicates_only_replayed_epochs(spark, kafka_bootstrap, t
     config = _config(store, name, mode="AT_LEAST_ONCE")
     coordinator = CheckpointCoordinator(store, config)
     sink.open()
-    with KafkaOffsets(kafka_bootstrap) as kafka:
-        tps = kafka.partitions(topic)
-        pending = coordinator.trigger(
-            expected_tasks(pipeline, 2), kafka.end_offsets(tps), lambda new: dict.fromkeys(new, 0)
-        )
     # Epoch 1 publishes during processing, then dies before _metadata: it is replayed.
-    run_epoch(spark, pipeline, coordinator, pending.checkpoint_id, bootstrap=kafka_bootstrap)
+    pending = _process_first_epoch(spark, pipeline, coordinator, topic, kafka_bootstrap)
     published_once = read()
     assert published_once
     _drain(spark, pipeline, config, store, kafka_bootstrap)
