@@ -37,8 +37,12 @@ def build(
     return pipeline
 
 
-# The demo's Spark job processes build this with the demo's sink (WORDCOUNT_SINK).
-pipeline = build(sink_target=os.environ.get("WORDCOUNT_SINK") or None)
+# The demo's Spark job processes and the example DAGs build this from WORDCOUNT_TOPIC and
+# WORDCOUNT_SINK.
+pipeline = build(
+    topic=os.environ.get("WORDCOUNT_TOPIC", "lines"),
+    sink_target=os.environ.get("WORDCOUNT_SINK") or None,
+)
 
 # -- data and ground truth ---------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ class Verdict(Enum):
     WAIT_MIN_PAUSE = "WAIT_MIN_PAUSE"
     WAIT_MAX_CONCURRENT = "WAIT_MAX_CONCURRENT"
     STOPPED = "STOPPED"
+    SUSPENDED = "SUSPENDED"
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,20 @@ class CheckpointCoordinator:
                 "Fix the cause, then reset the failure count (reset_failures) to resume"
             )
 
+    # ---- stop and resume (the coordinator deactivator) --------------------------------
+
+    def suspend(self, reason: str) -> None:
+        """Stop triggering (stop with savepoint): ``trigger`` refuses until ``resume``."""
+        self.store.put(self.layout.stopped, _dumps({"reason": reason, "at_ms": self._now_ms()}))
+
+    def suspended(self) -> dict[str, Any] | None:
+        """The stop record (reason, time) while triggering is stopped, else None."""
+        return read_json(self.store, self.layout.stopped)
+
+    def resume(self) -> None:
+        """Allow triggering again (idempotent)."""
+        self.store.delete(self.layout.stopped)
+
     def reset_failures(self) -> None:
         """A person acknowledges the failures: only later aborts count from now on."""
         view = self.view()
@@ -149,6 +164,11 @@ class CheckpointCoordinator:
     def trigger_decision(self, view: PipelineView | None = None) -> TriggerDecision:
         """Min pause, max concurrent and the failure stop, as the sensors check them."""
         view = view or self.view()
+        stop = self.suspended()
+        if stop is not None:
+            return TriggerDecision(
+                Verdict.SUSPENDED, f"stopped: {stop.get('reason', '')}; restore to resume"
+            )
         failures = self.consecutive_failures(view)
         if failures > self.config.tolerable_failures:
             return TriggerDecision(Verdict.STOPPED, f"{failures} consecutive failures")
@@ -193,6 +213,9 @@ class CheckpointCoordinator:
         expected: Iterable[TaskId],
         end_offsets: Mapping[TopicPartition, int],
         startup_offsets: StartupOffsets | None = None,
+        *,
+        behind: str = "refuse",
+        labels: Mapping[str, Any] | None = None,
     ) -> PendingCheckpoint:
         """Allocate checkpoint n and write its barrier.
 
@@ -209,6 +232,11 @@ class CheckpointCoordinator:
             end_offsets: per partition, the offset the epoch reads up to (the high
                 watermark for policy ``latest``; capped by ``max_records_per_epoch``).
             startup_offsets: offsets for partitions with no checkpointed offset.
+            behind: an end offset below the start offset is refused (``"refuse"``: the
+                topic was truncated) or read as nothing to do (``"empty"``: policy
+                ``data_interval`` when the interval was processed already).
+            labels: JSON-able facts kept in ``_pending`` (e.g. the Airflow run and its
+                data interval), for the checkpoint history.
         """
         # Step 1: the same checks the sensors make (after finishing half-done completions).
         self.finish_completing()
@@ -226,6 +254,8 @@ class CheckpointCoordinator:
                 raise TriggerRefused(f"partitions {', '.join(map(str, new))} have no start offset")
             starts.update({tp: int(o) for tp, o in startup_offsets(new).items()})
         # Step 3: the barrier.
+        if behind == "empty":
+            end_offsets = {tp: max(o, starts.get(tp, o)) for tp, o in end_offsets.items()}
         barrier = plan_barrier(starts, end_offsets, self.config.max_records_per_epoch)
         expected_set = frozenset(expected)
         now = self._now_ms()
@@ -236,6 +266,7 @@ class CheckpointCoordinator:
             "expected": sorted(str(t) for t in expected_set),
             "base": base,
             "writer": self.token,
+            "labels": dict(labels or {}),
         }
         # Step 4: allocate the next free id.
         cid = view.max_id.next() if view.max_id else CheckpointId(1)

@@ -14,6 +14,7 @@
 
 ``<pipeline>/_restore`` re-bases the pipeline on a savepoint or checkpoint;
 ``<pipeline>/_failures_reset`` records a person clearing the failure count;
+``<pipeline>/_stopped`` deactivates triggering (stop with savepoint) until a restore;
 ``<pipeline>/savepoints/<name>/`` holds self-contained savepoints.
 """
 
@@ -73,6 +74,10 @@ class Layout:
     @property
     def failures_reset(self) -> str:
         return f"{self.pipeline}/_failures_reset"
+
+    @property
+    def stopped(self) -> str:
+        return f"{self.pipeline}/_stopped"
 
     @property
     def savepoints(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -32,6 +33,7 @@ from microcheckpoint.pending import StateHandle
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
 __all__ = [
+    "check_restorable",
     "ClaimMode",
     "RestorePoint",
     "choose_restore",
@@ -206,7 +208,36 @@ def _check_pipeline(point: RestorePoint, pipeline: str) -> None:
         )
 
 
-def restore(store: ObjectStore, pipeline: str, point: RestorePoint, claim_mode: ClaimMode) -> dict:
+def check_restorable(
+    point: RestorePoint, known_uids: Iterable[str], allow_non_restored_state: bool = False
+) -> list[str]:
+    """Operator uids whose state in ``point`` the pipeline has no operator for.
+
+    As in Flink, such state is refused unless ``allow_non_restored_state`` (then it is
+    dropped, and the uids are returned so the caller can say so).
+
+    Raises:
+        IncompatibleCheckpoint: state of unknown uids and ``allow_non_restored_state`` is off.
+    """
+    known = set(known_uids)
+    stored = sorted({str(t.uid) for t in point.metadata.acks if point.metadata.acks[t].handles})
+    unknown = [uid for uid in stored if uid not in known]
+    if unknown and not allow_non_restored_state:
+        raise IncompatibleCheckpoint(
+            f"{point.location} holds state of operator(s) {', '.join(unknown)} that pipeline "
+            f"{point.metadata.pipeline!r} no longer has (its uids: {', '.join(sorted(known))}); "
+            "restore with allow_non_restored_state to drop that state, or restore the operators"
+        )
+    return unknown
+
+
+def restore(
+    store: ObjectStore,
+    pipeline: str,
+    point: RestorePoint,
+    claim_mode: ClaimMode,
+    parallelism: int | None = None,
+) -> dict:
     """Re-base ``pipeline`` on ``point``: the next checkpoint starts from its offsets and state.
 
     Steps: 1. a point in another storage location (another bucket or folder) is first
@@ -233,6 +264,7 @@ def restore(store: ObjectStore, pipeline: str, point: RestorePoint, claim_mode: 
         "offsets": {str(tp): off for tp, off in sorted(point.metadata.offsets.items())},
         "handle_keys": point.handle_keys(),
         "note": point.note,
+        "parallelism": parallelism,
     }
     # Step 2: the marker.
     store.put(layout.restore, json.dumps(marker, sort_keys=True).encode())

@@ -27,9 +27,11 @@ from microcheckpoint.ids import CheckpointId
 from microcheckpoint.storage import open_store
 
 
-def load_pipeline(spec: str):
+def load_pipeline(spec: str, kwargs: dict | None = None):
+    """``module:attr`` of a Pipeline, or of a function building one from ``kwargs``."""
     module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr or "pipeline")
+    target = getattr(importlib.import_module(module), attr or "pipeline")
+    return target(**(kwargs or {})) if callable(target) else target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--pipeline", required=True, help="module:attribute of a Pipeline")
+    parser.add_argument(
+        "--pipeline-kwargs", default="{}", help="JSON of arguments when --pipeline is a function"
+    )
     parser.add_argument("--storage", required=True, help="checkpoint storage root URL")
     parser.add_argument("--checkpoint", type=int, help="run this triggered epoch only")
     parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
@@ -48,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    pipeline = load_pipeline(args.pipeline)
+    pipeline = load_pipeline(args.pipeline, json.loads(args.pipeline_kwargs))
     options = {"endpoint_url": args.s3_endpoint} if args.storage.startswith("s3://") else {}
     store = open_store(args.storage, **options)
     config = CheckpointConfig.from_mapping(

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
@@ -62,6 +64,21 @@ def crash_point(name: str, crash_at: str | None, driver_pid: int) -> None:
     if driver_pid and driver_pid != os.getpid():
         os.kill(driver_pid, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def slow_point(flag: str | None) -> None:
+    """Fault injection for tests: sleep once for the seconds written in file ``flag``.
+
+    The file is removed before sleeping, so only one epoch (the first to see it) is slow.
+    """
+    if not flag:
+        return
+    try:
+        seconds = float(Path(flag).read_text().strip() or 0)
+        os.remove(flag)
+    except (FileNotFoundError, ValueError):
+        return
+    time.sleep(seconds)
 
 
 def _row_order(row: dict[str, Any]) -> tuple:

@@ -18,7 +18,7 @@ from microcheckpoint.completed import CheckpointStatus, read_json
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.engine.api import KafkaSource, KeyedOperator, Pipeline
-from microcheckpoint.engine.keyed import OperatorContext, crash_point, process_subtask
+from microcheckpoint.engine.keyed import OperatorContext, crash_point, process_subtask, slow_point
 from microcheckpoint.engine.sinkstage import SinkContext, commit_sinks, stage_part
 from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
@@ -204,6 +204,7 @@ def run_epoch(
     outputs = [r.asDict(recursive=True) for r in df.collect()] if collect else None
     if not collect and not (pipeline.stages and isinstance(pipeline.stages[-1], Sink)):
         df.count()
+    slow_point(os.environ.get("MICROCHECKPOINT_SLOW_ONCE"))
     # Step 5: the source's operator state is the barrier's ends.
     offsets = {str(tp): end for tp, end in barrier.ends.items()}
     coordinator.acknowledge(cid, Ack(TaskId.of(pipeline.source.uid, 0), attempt, (), offsets))

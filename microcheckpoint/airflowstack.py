@@ -1,0 +1,268 @@
+"""A real Airflow for tests and the demo: ``airflow standalone`` on SQLite, and a REST client.
+
+``start_airflow`` writes an ``AIRFLOW_HOME`` with the project's ``dags/`` and ``plugins/``,
+connections for the local broker and S3 server, and a known admin login, starts
+``airflow standalone`` (API server, scheduler, DAG processor, triggerer, LocalExecutor) on
+a free loopback port in its own process group, and waits until every component reports
+healthy. ``AirflowClient`` speaks the REST API v2 the way the UI does.
+
+An edge module: no Airflow import here (Airflow runs in its own processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from microcheckpoint.devstack import S3Endpoint, Service, _spawn, free_port
+from microcheckpoint.errors import ServiceError
+
+__all__ = ["AirflowClient", "AirflowStack", "airflow_environment", "start_airflow"]
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+TERMINAL = {"success", "failed"}
+
+
+class AirflowClient:
+    """REST API v2 with a bearer token from the simple auth manager."""
+
+    def __init__(self, base_url: str, username: str, password: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.username = username
+        self.password = password
+        self._token: str | None = None
+
+    def _call(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.base_url + path, data=data, method=method, headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            raise ServiceError(f"Airflow {method} {path} answered {exc.code}: {detail}") from exc
+        return json.loads(raw) if raw else None
+
+    def token(self) -> str:
+        if self._token is None:
+            body = {"username": self.username, "password": self.password}
+            self._token = self._call("POST", "/auth/token", body, auth=False)["access_token"]
+        return self._token
+
+    def get(self, path: str) -> Any:
+        return self._call("GET", path)
+
+    # -- DAGs and runs --------------------------------------------------------------------
+
+    def dag(self, dag_id: str) -> dict[str, Any] | None:
+        try:
+            return self.get(f"/api/v2/dags/{dag_id}")
+        except ServiceError as exc:
+            if " 404:" in str(exc):
+                return None
+            raise
+
+    def wait_dags(self, dag_ids: list[str], timeout: float = 120.0) -> None:
+        """Until the DAG processor has parsed every DAG in ``dag_ids``."""
+        deadline = time.monotonic() + timeout
+        missing = list(dag_ids)
+        while time.monotonic() < deadline:
+            missing = [d for d in dag_ids if self.dag(d) is None]
+            if not missing:
+                return
+            time.sleep(1)
+        errors = self.get("/api/v2/importErrors").get("import_errors", [])
+        raise ServiceError(
+            f"DAGs {missing} not parsed within {timeout:.0f}s; import errors: {errors}"
+        )
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        """Trigger a run as the UI's Trigger form does (no logical date); returns its id."""
+        body = {"logical_date": None, "conf": conf or {}}
+        return self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)["dag_run_id"]
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        data = self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=run_after")
+        return data["dag_runs"]
+
+    def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}")
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300.0) -> str:
+        """Until the run ends; returns ``success`` or ``failed``."""
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.run(dag_id, run_id)["state"]
+            if state in TERMINAL:
+                return state
+            time.sleep(1)
+        raise ServiceError(f"run {run_id} of {dag_id} still {state} after {timeout:.0f}s")
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        data = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")
+        return {t["task_id"]: t["state"] for t in data["task_instances"]}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str) -> Any:
+        data = self.get(
+            f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/"
+            f"{task_id}/xcomEntries/return_value"
+        )
+        value = data["value"]
+        return json.loads(value) if isinstance(value, str) and value[:1] in '[{"' else value
+
+    def backfill(
+        self, dag_id: str, from_date: str, to_date: str, reprocess: str = "none"
+    ) -> dict[str, Any]:
+        body = {
+            "dag_id": dag_id,
+            "from_date": from_date,
+            "to_date": to_date,
+            "max_active_runs": 1,
+            "reprocess_behavior": reprocess,
+        }
+        return self._call("POST", "/api/v2/backfills", body)
+
+
+@dataclass
+class AirflowStack:
+    service: Service
+    client: AirflowClient
+    home: Path
+    port: int
+    username: str
+    password: str
+    env: dict[str, str] = field(repr=False, default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.service.stop(timeout=30)
+
+
+def airflow_environment(
+    home: Path,
+    port: int,
+    kafka_bootstrap: str,
+    s3: S3Endpoint | None,
+    password: str,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Environment for every Airflow process: config, connections, paths."""
+    venv_bin = str(Path(sys.executable).parent)
+    storage_conn: dict[str, Any] = {"conn_type": "aws"}
+    if s3 is not None:
+        storage_conn.update(
+            login=s3.access_key,
+            password=s3.secret_key,
+            extra={"endpoint_url": s3.url, "region_name": s3.region},
+        )
+    env = {
+        **os.environ,
+        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "8",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+        "AIRFLOW_CONN_MICROCHECKPOINT_STORAGE": json.dumps(storage_conn),
+        "AIRFLOW_CONN_MICROCHECKPOINT_KAFKA": json.dumps(
+            {"conn_type": "generic", "extra": {"bootstrap.servers": kafka_bootstrap}}
+        ),
+        "AIRFLOW_CONN_MICROCHECKPOINT_AIRFLOW_API": json.dumps(
+            {
+                "conn_type": "http",
+                "host": "127.0.0.1",
+                "port": port,
+                "schema": "http",
+                "login": "admin",
+                "password": password,
+            }
+        ),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "PYSPARK_PYTHON": sys.executable,
+        "NO_PROXY": "*",
+    }
+    if s3 is not None:
+        env.update(s3.environment())
+        env["MICROCHECKPOINT_S3_ENDPOINT"] = s3.url
+    env.update(extra or {})
+    return env
+
+
+def _healthy(client: AirflowClient) -> bool:
+    try:
+        request = urllib.request.Request(client.base_url + "/api/v2/monitor/health")
+        with urllib.request.urlopen(request, timeout=2) as response:
+            health = json.loads(response.read())
+    except (OSError, ValueError):
+        return False
+    parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    return all((health.get(p) or {}).get("status") == "healthy" for p in parts)
+
+
+def start_airflow(
+    home: Path,
+    kafka_bootstrap: str,
+    s3: S3Endpoint | None,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 240.0,
+) -> AirflowStack:
+    """Start ``airflow standalone`` in ``home``; returns when all components are healthy."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    password = secrets.token_urlsafe(12)
+    (home / "passwords.json").write_text(json.dumps({"admin": password}))
+    env = airflow_environment(home, port, kafka_bootstrap, s3, password, extra_env)
+    airflow = Path(sys.executable).with_name("airflow")
+    service = _spawn("airflow", [str(airflow), "standalone"], env, home, f"127.0.0.1:{port}")
+    client = AirflowClient(f"http://127.0.0.1:{port}", "admin", password)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not service.alive():
+            raise ServiceError(
+                f"airflow standalone exited with {service.process.returncode}; "
+                f"log {service.log_path}:\n{service.log_tail(60)}"
+            )
+        if _healthy(client):
+            return AirflowStack(service, client, home, port, "admin", password, env)
+        time.sleep(1)
+    tail = service.log_tail(60)
+    service.stop()
+    raise ServiceError(
+        f"airflow standalone was not healthy within {timeout:.0f}s; log {service.log_path}:\n{tail}"
+    )

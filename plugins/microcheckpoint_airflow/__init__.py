@@ -1,0 +1,10 @@
+"""Airflow pieces of microcheckpoint: hooks, checks, deferrable triggers, sensors, operators
+and the DAG factory. Thin by design: every decision is the core coordinator's.
+
+DAG files use ``pipeline_dags`` (see ``factory``); nothing here contacts Kafka, S3 or
+Spark at import time.
+"""
+
+from microcheckpoint_airflow.factory import LocalSpark, PipelineSpec, SparkSubmit, pipeline_dags
+
+__all__ = ["LocalSpark", "PipelineSpec", "SparkSubmit", "pipeline_dags"]

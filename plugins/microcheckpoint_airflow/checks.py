@@ -1,0 +1,165 @@
+"""What the sensors and their deferrable triggers wait for, as one function per condition.
+
+Each check reads checkpoint storage through the coordinator and answers READY, WAIT,
+SKIP (the pipeline was stopped with a savepoint: nothing to do) or FAIL (with the
+message the task fails with). Checks that find an expired checkpoint abort it as
+EXPIRED, so expiry does not depend on which task notices first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from microcheckpoint.completed import AbortReason, CheckpointStatus
+from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.coordinator import CheckpointCoordinator, Verdict
+from microcheckpoint.ids import CheckpointId
+from microcheckpoint.storage import open_store
+
+__all__ = ["Check", "CheckState", "KINDS", "run_check"]
+
+
+class CheckState(str, Enum):
+    READY = "READY"
+    WAIT = "WAIT"
+    SKIP = "SKIP"
+    FAIL = "FAIL"
+
+
+@dataclass(frozen=True)
+class Check:
+    state: CheckState
+    message: str
+
+    def to_event(self) -> dict[str, str]:
+        return {"state": self.state.value, "message": self.message}
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> Check:
+        return cls(CheckState(event["state"]), str(event.get("message", "")))
+
+
+def _coordinator(config: dict[str, Any], store_options: dict[str, Any]) -> CheckpointCoordinator:
+    cfg = CheckpointConfig.from_mapping(config)
+    return CheckpointCoordinator(open_store(cfg.storage, **store_options), cfg)
+
+
+def _gate(coord: CheckpointCoordinator, waits: tuple[Verdict, ...]) -> Check:
+    decision = coord.trigger_decision()
+    if decision.verdict is Verdict.SUSPENDED:
+        return Check(CheckState.SKIP, decision.reason)
+    if decision.verdict is Verdict.STOPPED:
+        try:
+            coord.ensure_can_continue()
+        except Exception as exc:
+            return Check(CheckState.FAIL, str(exc))
+    if decision.verdict in waits:
+        return Check(CheckState.WAIT, decision.reason)
+    return Check(CheckState.READY, decision.reason)
+
+
+def check_min_pause(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
+    """The min pause since the last completed checkpoint has passed (and not stopped)."""
+    return _gate(coord, (Verdict.WAIT_MIN_PAUSE,))
+
+
+def check_concurrency(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
+    """Fewer than max_concurrent checkpoints in flight (expired ones are aborted first)."""
+    coord.abort_expired()
+    return _gate(coord, (Verdict.WAIT_MAX_CONCURRENT, Verdict.WAIT_MIN_PAUSE))
+
+
+def _deadline_passed(coord: CheckpointCoordinator, cid: CheckpointId) -> bool:
+    age_ms = coord._now_ms() - coord.view().trigger_time_ms(cid)
+    return age_ms > coord.config.timeout * 1000
+
+
+def expire_if_late(coord: CheckpointCoordinator, cid: CheckpointId) -> Check | None:
+    """Abort ``cid`` as EXPIRED when its timeout has passed; the FAIL to report, else None."""
+    if not _deadline_passed(coord, cid):
+        return None
+    coord.abort(cid, AbortReason.EXPIRED, f"timeout {coord.config.timeout}s")
+    status = coord.view().records[cid]
+    if status.status is CheckpointStatus.ABORTED:
+        return Check(
+            CheckState.FAIL,
+            f"checkpoint {cid} of {coord.config.pipeline!r} expired: not complete within "
+            f"timeout={coord.config.timeout}s of its trigger (aborted as EXPIRED; the next "
+            "epoch re-reads its range)",
+        )
+    return None
+
+
+def check_acks(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
+    """Every expected task acked checkpoint ``cid``'s current attempt within the timeout."""
+    assert cid is not None
+    view = coord.view()
+    record = view.records.get(cid)
+    if record is None:
+        return Check(CheckState.FAIL, f"checkpoint {cid} of {coord.config.pipeline!r} is gone")
+    if record.status in (CheckpointStatus.COMPLETED, CheckpointStatus.COMPLETING):
+        return Check(CheckState.READY, f"checkpoint {cid} is {record.status.value}")
+    if record.status is not CheckpointStatus.PENDING:
+        reason = record.abort_reason.value if record.abort_reason else record.status.value
+        return Check(CheckState.FAIL, f"checkpoint {cid} was aborted: {reason}")
+    late = expire_if_late(coord, cid)
+    if late is not None:
+        return late
+    missing = coord.load_pending(cid, view).missing
+    if missing:
+        return Check(
+            CheckState.WAIT,
+            f"checkpoint {cid}: waiting for {len(missing)} ack(s): {sorted(map(str, missing))}",
+        )
+    return Check(CheckState.READY, f"checkpoint {cid}: all acks in")
+
+
+def check_base_state(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
+    """The checkpoint ``cid`` continues from has all its state (acked or completed)."""
+    assert cid is not None
+    view = coord.view()
+    base = view.pending_record(cid).get("base")
+    if base is None:
+        return Check(CheckState.READY, "no base checkpoint")
+    base_id = CheckpointId(int(base))
+    record = view.records.get(base_id)
+    if record is None or record.status is CheckpointStatus.COMPLETED:
+        return Check(CheckState.READY, f"base {base_id} completed")
+    if record.status is CheckpointStatus.ABORTED:
+        return Check(CheckState.FAIL, f"checkpoint {cid} continues from aborted {base_id}")
+    if record.status is CheckpointStatus.COMPLETING or not coord.load_pending(base_id).missing:
+        return Check(CheckState.READY, f"base {base_id} fully acknowledged")
+    return Check(CheckState.WAIT, f"waiting for the state of checkpoint {base_id}")
+
+
+def check_quiet(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
+    """No checkpoint is in flight (expired ones are aborted first)."""
+    coord.abort_expired()
+    view = coord.view()
+    busy = view.pending + view.ids(CheckpointStatus.COMPLETING)
+    if busy:
+        return Check(CheckState.WAIT, f"checkpoint(s) in flight: {[c.value for c in busy]}")
+    return Check(CheckState.READY, "no checkpoint in flight")
+
+
+KINDS = {
+    "min_pause": check_min_pause,
+    "concurrency": check_concurrency,
+    "acks": check_acks,
+    "base_state": check_base_state,
+    "quiet": check_quiet,
+}
+
+
+def run_check(
+    kind: str,
+    config: dict[str, Any],
+    store_options: dict[str, Any],
+    checkpoint_id: int | None = None,
+) -> Check:
+    """Run the check ``kind`` (one of ``KINDS``) for the pipeline configured by ``config``."""
+    coord = _coordinator(config, store_options)
+    cid = None if checkpoint_id is None else CheckpointId(int(checkpoint_id))
+    return KINDS[kind](coord, cid)

@@ -1,0 +1,291 @@
+"""The DAG factory: a pipeline's three DAGs from a few lines in ``dags/``.
+
+    pipeline_dags(PipelineSpec(name="wordcount", pipeline="examples.wordcount:pipeline",
+                               checkpointing={"storage": "s3://bucket/checkpoints",
+                                              "interval": "1m"}),
+                  start_date=datetime(2026, 1, 1))
+
+gives ``wordcount_pipeline`` (scheduled at ``interval``), ``wordcount_savepoint`` and
+``wordcount_restore`` (triggered from the UI with a Params form). Building the DAGs only
+validates settings: no broker, storage or Spark is contacted at parse time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Param, TriggerRule
+
+from microcheckpoint.config import BarrierPolicy
+from microcheckpoint_airflow.operators import (
+    AbortCheckpointOperator,
+    CompleteCheckpointOperator,
+    EpochSparkSubmitOperator,
+    LocalEpochOperator,
+    NotifyCheckpointOperator,
+    RestoreOperator,
+    RetentionOperator,
+    SavepointOperator,
+    SetPausedOperator,
+    SuspendPipelineOperator,
+    TriggerCheckpointOperator,
+    ValidateRestoreOperator,
+)
+from microcheckpoint_airflow.sensors import (
+    AwaitAcksSensor,
+    BaseStateSensor,
+    ConcurrencySensor,
+    MinPauseSensor,
+    QuietSensor,
+)
+from microcheckpoint_airflow.spec import PipelineSpec
+
+__all__ = ["LocalSpark", "PipelineSpec", "SparkSubmit", "pipeline_dags"]
+
+CID = "{{ ti.xcom_pull(task_ids='trigger_checkpoint') }}"
+
+
+@dataclass(frozen=True)
+class LocalSpark:
+    """Run each epoch with local Spark inside the Airflow task (the embedded default)."""
+
+    master: str = "local[2]"
+
+
+@dataclass(frozen=True)
+class SparkSubmit:
+    """Run each epoch with ``spark-submit`` through the Spark provider's connection."""
+
+    conn_id: str = "spark_default"
+    conf: tuple[tuple[str, str], ...] = ()
+    executor_memory: str | None = None
+    driver_memory: str | None = None
+
+
+def _pipeline_dag(spec: PipelineSpec, spark: LocalSpark | SparkSubmit, common: dict) -> DAG:
+    config = spec.config
+    timeout_s = config.timeout
+    data_interval = config.barrier_policy is BarrierPolicy.DATA_INTERVAL
+    dag = DAG(
+        dag_id=spec.dag_id,
+        schedule=None if config.interval is None else timedelta(seconds=config.interval),
+        # One run per checkpoint in flight; data_interval epochs go strictly in order.
+        max_active_runs=1 if data_interval else config.effective_max_concurrent,
+        description=f"checkpointed epochs of pipeline {spec.name}",
+        doc_md=(
+            f"Each run is one checkpoint of **{spec.name}**: min pause → max concurrent → "
+            "trigger (barrier) → Spark epoch → await acks (timeout "
+            f"{timeout_s:g}s) → complete → notify → retention. Pause this DAG to stop "
+            f"triggering; resume from a savepoint with `{spec.restore_dag_id}`."
+        ),
+        **common,
+    )
+    with dag:
+        gate_pause = MinPauseSensor(task_id="wait_min_pause", spec=spec)
+        gate_concurrency = ConcurrencySensor(task_id="wait_max_concurrent", spec=spec)
+        trigger = TriggerCheckpointOperator(
+            task_id="trigger_checkpoint", spec=spec, retries=3, retry_delay=timedelta(seconds=5)
+        )
+        if isinstance(spark, SparkSubmit):
+            process = EpochSparkSubmitOperator(
+                task_id="process_epoch",
+                spec=spec,
+                checkpoint_id=CID,
+                conn_id=spark.conn_id,
+                conf=dict(spark.conf),
+                executor_memory=spark.executor_memory,
+                driver_memory=spark.driver_memory,
+                execution_timeout=timedelta(seconds=timeout_s),
+            )
+        else:
+            process = LocalEpochOperator(
+                task_id="process_epoch",
+                spec=spec,
+                checkpoint_id=CID,
+                master=spark.master,
+                execution_timeout=timedelta(seconds=timeout_s),
+            )
+        await_acks = AwaitAcksSensor(
+            task_id="await_acks", spec=spec, checkpoint_id=CID, timeout=timeout_s + 60
+        )
+        complete = CompleteCheckpointOperator(
+            task_id="complete_checkpoint", spec=spec, checkpoint_id=CID
+        )
+        notify = NotifyCheckpointOperator(
+            task_id="notify_checkpoint",
+            spec=spec,
+            checkpoint_id=CID,
+            retries=5,
+            retry_delay=timedelta(seconds=10),
+        )
+        retention = RetentionOperator(task_id="retention", spec=spec)
+        abort = AbortCheckpointOperator(
+            task_id="abort_on_failure",
+            spec=spec,
+            checkpoint_id=CID,
+            trigger_rule=TriggerRule.ONE_FAILED,
+        )
+        gate_pause >> gate_concurrency >> trigger
+        if config.effective_max_concurrent > 1 and not data_interval:
+            base = BaseStateSensor(
+                task_id="await_base_state", spec=spec, checkpoint_id=CID, timeout=timeout_s
+            )
+            trigger >> base >> process
+            base >> abort
+        else:
+            trigger >> process
+        process >> await_acks >> complete >> notify >> retention
+        [trigger, process, await_acks, complete] >> abort
+    return dag
+
+
+def _savepoint_dag(spec: PipelineSpec, common: dict) -> DAG:
+    dag = DAG(
+        dag_id=spec.savepoint_dag_id,
+        schedule=None,
+        max_active_runs=1,
+        description=f"take a savepoint of pipeline {spec.name}",
+        params={
+            "target": Param(
+                "",
+                type="string",
+                title="Target location",
+                description=(
+                    "Folder URL under one of the roots "
+                    f"({', '.join(spec.roots)}); empty: <storage>/{spec.name}/savepoints/"
+                ),
+            ),
+            "stop": Param(
+                False,
+                type="boolean",
+                title="Stop the pipeline afterwards",
+                description=(
+                    "Stop triggering, wait for checkpoints in flight, take the savepoint, "
+                    f"then pause {spec.dag_id} (stop with savepoint)"
+                ),
+            ),
+        },
+        **common,
+    )
+    with dag:
+        suspend = SuspendPipelineOperator(
+            task_id="stop_triggering",
+            spec=spec,
+            when="{{ params.stop }}",
+            reason="stop with savepoint ({{ run_id }})",
+        )
+        quiet = QuietSensor(
+            task_id="await_in_flight",
+            spec=spec,
+            when="{{ params.stop }}",
+            timeout=spec.config.timeout + 60,
+        )
+        savepoint = SavepointOperator(
+            task_id="take_savepoint", spec=spec, target="{{ params.target }}"
+        )
+        pause = SetPausedOperator(
+            task_id="pause_pipeline", spec=spec, paused=True, when="{{ params.stop }}"
+        )
+        suspend >> quiet >> savepoint >> pause
+    return dag
+
+
+def _restore_dag(spec: PipelineSpec, common: dict) -> DAG:
+    config = spec.config
+    dag = DAG(
+        dag_id=spec.restore_dag_id,
+        schedule=None,
+        max_active_runs=1,
+        description=f"restore pipeline {spec.name} from a savepoint or checkpoint",
+        params={
+            "point": Param(
+                "latest",
+                type="string",
+                title="Checkpoint or savepoint",
+                description=(
+                    "'latest' (the latest usable completed checkpoint), a checkpoint id "
+                    "(7 or chk-7), or the URL of a savepoint folder under "
+                    f"{', '.join(spec.roots)}"
+                ),
+            ),
+            "claim_mode": Param(
+                "NO_CLAIM",
+                enum=["NO_CLAIM", "CLAIM"],
+                title="Claim mode",
+                description=(
+                    "NO_CLAIM: the point stays untouched and the first checkpoint is full; "
+                    "CLAIM: the pipeline takes ownership of the point's files"
+                ),
+            ),
+            "allow_non_restored_state": Param(
+                False,
+                type="boolean",
+                title="Allow non-restored state",
+                description="Drop state of operators the pipeline no longer has",
+            ),
+            "parallelism": Param(
+                spec.parallelism,
+                type="integer",
+                minimum=1,
+                maximum=config.max_parallelism,
+                title="Parallelism",
+                description="Subtasks per keyed operator from now on (rescale by key groups)",
+            ),
+            "resume": Param(
+                True,
+                type="boolean",
+                title="Resume the pipeline",
+                description=f"Unpause {spec.dag_id} after the restore",
+            ),
+        },
+        **common,
+    )
+    request = {
+        "point": "{{ params.point }}",
+        "claim_mode": "{{ params.claim_mode }}",
+        "allow_non_restored_state": "{{ params.allow_non_restored_state }}",
+        "parallelism": "{{ params.parallelism }}",
+    }
+    with dag:
+        validate = ValidateRestoreOperator(task_id="validate_point", spec=spec, **request)
+        suspend = SuspendPipelineOperator(
+            task_id="stop_triggering", spec=spec, reason="restore ({{ run_id }})"
+        )
+        quiet = QuietSensor(task_id="await_in_flight", spec=spec, timeout=spec.config.timeout + 60)
+        rebase = RestoreOperator(task_id="restore", spec=spec, **request)
+        resume = SetPausedOperator(
+            task_id="resume_pipeline", spec=spec, paused=False, when="{{ params.resume }}"
+        )
+        validate >> suspend >> quiet >> rebase >> resume
+    return dag
+
+
+def pipeline_dags(
+    spec: PipelineSpec,
+    *,
+    start_date: datetime,
+    spark: LocalSpark | SparkSubmit | None = None,
+    catchup: bool = False,
+    tags: tuple[str, ...] = (),
+    default_args: dict[str, Any] | None = None,
+) -> dict[str, DAG]:
+    """The pipeline, savepoint and restore DAGs of ``spec``, by DAG id.
+
+    Put them into the DAG file's globals (``globals().update(pipeline_dags(...))``).
+    """
+    common = {
+        "start_date": start_date,
+        "catchup": catchup,
+        "tags": ["microcheckpoint", spec.name, *tags],
+        "default_args": dict(default_args or {}),
+    }
+    spark = spark or LocalSpark()
+    dags = [
+        _pipeline_dag(spec, spark, common),
+        # Triggered by a person only, so active from the start (a paused DAG queues runs).
+        _savepoint_dag(spec, {**common, "catchup": False, "is_paused_upon_creation": False}),
+        _restore_dag(spec, {**common, "catchup": False, "is_paused_upon_creation": False}),
+    ]
+    return {dag.dag_id: dag for dag in dags}

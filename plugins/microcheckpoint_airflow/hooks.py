@@ -1,0 +1,184 @@
+"""Hooks: Airflow connections in, the core's adapters out, and nothing else.
+
+- ``CheckpointStorageHook`` (an ``aws`` connection: login = access key, password = secret
+  key, extra ``endpoint_url`` and ``region_name``) opens checkpoint storage by root URL.
+- ``KafkaHook`` (extra ``bootstrap.servers``, or host and port) gives the bootstrap
+  servers and a ``KafkaOffsets`` client.
+- ``AirflowApiHook`` (an ``http`` connection to Airflow's API server) pauses and unpauses
+  DAGs through the REST API v2; tasks in Airflow 3 have no database access of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from microcheckpoint.errors import ConfigError
+from microcheckpoint.storage import ObjectStore, open_store
+
+__all__ = [
+    "DEFAULT_API_CONN_ID",
+    "DEFAULT_KAFKA_CONN_ID",
+    "DEFAULT_STORAGE_CONN_ID",
+    "AirflowApiHook",
+    "CheckpointStorageHook",
+    "KafkaHook",
+]
+
+DEFAULT_STORAGE_CONN_ID = "microcheckpoint_storage"
+DEFAULT_KAFKA_CONN_ID = "microcheckpoint_kafka"
+DEFAULT_API_CONN_ID = "microcheckpoint_airflow_api"
+
+
+def _connection(conn_id: str) -> Any | None:
+    """The connection, or None when it is not defined anywhere (env, secrets, database)."""
+    try:
+        return BaseHook.get_connection(conn_id)
+    except Exception as exc:  # AirflowNotFoundException moved between Airflow versions
+        if "isn't defined" in str(exc) or "not found" in str(exc).lower():
+            return None
+        raise
+
+
+class CheckpointStorageHook(BaseHook):
+    """Checkpoint storage from an ``aws`` connection (optional for ``file://`` roots).
+
+    Without the connection, S3 uses boto3's default credential chain and
+    ``MICROCHECKPOINT_S3_ENDPOINT`` (the way to use IAM roles).
+    """
+
+    conn_name_attr = "storage_conn_id"
+    default_conn_name = DEFAULT_STORAGE_CONN_ID
+    conn_type = "aws"
+    hook_name = "microcheckpoint checkpoint storage"
+
+    def __init__(self, storage_conn_id: str = DEFAULT_STORAGE_CONN_ID) -> None:
+        super().__init__()
+        self.storage_conn_id = storage_conn_id
+
+    def store_options(self, url: str) -> dict[str, Any]:
+        """Keyword arguments of ``open_store`` for ``url`` (empty for ``file://``)."""
+        if not url.startswith("s3://"):
+            return {}
+        conn = _connection(self.storage_conn_id)
+        if conn is None:
+            self.log.info(
+                "connection %s is not defined: S3 uses the default credential chain",
+                self.storage_conn_id,
+            )
+            endpoint = os.environ.get("MICROCHECKPOINT_S3_ENDPOINT")
+            return {"endpoint_url": endpoint} if endpoint else {}
+        extra = conn.extra_dejson
+        options = {
+            "endpoint_url": extra.get("endpoint_url") or extra.get("host") or None,
+            "region": extra.get("region_name") or None,
+            "access_key": conn.login or None,
+            "secret_key": conn.password or None,
+        }
+        return {k: v for k, v in options.items() if v}
+
+    def get_store(self, url: str) -> ObjectStore:
+        return open_store(url, **self.store_options(url))
+
+
+class KafkaHook(BaseHook):
+    """Kafka bootstrap servers from a connection (or ``MICROCHECKPOINT_KAFKA_BOOTSTRAP``)."""
+
+    conn_name_attr = "kafka_conn_id"
+    default_conn_name = DEFAULT_KAFKA_CONN_ID
+    conn_type = "generic"
+    hook_name = "microcheckpoint Kafka"
+
+    def __init__(self, kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID) -> None:
+        super().__init__()
+        self.kafka_conn_id = kafka_conn_id
+
+    def bootstrap_servers(self) -> str:
+        conn = _connection(self.kafka_conn_id)
+        if conn is not None:
+            servers = conn.extra_dejson.get("bootstrap.servers") or conn.extra_dejson.get(
+                "bootstrap_servers"
+            )
+            if servers:
+                return str(servers)
+            if conn.host:
+                return f"{conn.host}:{conn.port or 9092}"
+        servers = os.environ.get("MICROCHECKPOINT_KAFKA_BOOTSTRAP")
+        if servers:
+            return servers
+        raise ConfigError(
+            "kafka_conn_id",
+            self.kafka_conn_id,
+            "a defined connection with extra {'bootstrap.servers': 'host:port'} (or set "
+            "MICROCHECKPOINT_KAFKA_BOOTSTRAP)",
+        )
+
+    def get_offsets(self) -> Any:
+        from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+
+        return KafkaOffsets(self.bootstrap_servers())
+
+
+class AirflowApiHook(BaseHook):
+    """Airflow's REST API v2 through an ``http`` connection (host, port, login, password)."""
+
+    conn_name_attr = "api_conn_id"
+    default_conn_name = DEFAULT_API_CONN_ID
+    conn_type = "http"
+    hook_name = "microcheckpoint Airflow API"
+
+    def __init__(self, api_conn_id: str = DEFAULT_API_CONN_ID) -> None:
+        super().__init__()
+        self.api_conn_id = api_conn_id
+
+    def _base(self) -> tuple[str, Any]:
+        conn = _connection(self.api_conn_id)
+        if conn is None or not conn.host:
+            raise ConfigError(
+                "api_conn_id",
+                self.api_conn_id,
+                "an http connection to Airflow's API server (host, port, login, password) "
+                "so the savepoint and restore DAGs can pause and unpause the pipeline DAG",
+            )
+        host = conn.host if "://" in conn.host else f"{conn.schema or 'http'}://{conn.host}"
+        return (f"{host}:{conn.port}" if conn.port else host).rstrip("/"), conn
+
+    def _request(self, method: str, url: str, body: dict | None, token: str | None) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            raise RuntimeError(
+                f"Airflow API {method} {url} answered {exc.code}: {detail}; check connection "
+                f"{self.api_conn_id!r} (address, login, password)"
+            ) from exc
+        except urllib.error.URLError as exc:
+            raise RuntimeError(
+                f"Airflow API at {url} is unreachable ({exc.reason}); check connection "
+                f"{self.api_conn_id!r}"
+            ) from exc
+
+    def token(self) -> str:
+        base, conn = self._base()
+        if conn.login:
+            body = {"username": conn.login, "password": conn.password or ""}
+            return self._request("POST", f"{base}/auth/token", body, None)["access_token"]
+        return self._request("GET", f"{base}/auth/token", None, None)["access_token"]
+
+    def set_paused(self, dag_id: str, paused: bool) -> dict[str, Any]:
+        """Pause or unpause ``dag_id``; returns the DAG as the API reports it."""
+        base, _ = self._base()
+        return self._request(
+            "PATCH", f"{base}/api/v2/dags/{dag_id}", {"is_paused": paused}, self.token()
+        )

@@ -1,0 +1,504 @@
+"""Operators: each ``execute`` opens the adapters through the hooks and calls the core.
+
+Pipeline DAG: ``TriggerCheckpointOperator`` → ``LocalEpochOperator`` or
+``EpochSparkSubmitOperator`` → (``AwaitAcksSensor``) → ``CompleteCheckpointOperator`` →
+``NotifyCheckpointOperator`` → ``RetentionOperator``, with ``AbortCheckpointOperator``
+when a step fails. Savepoint and restore DAGs: ``SuspendPipelineOperator``,
+``SavepointOperator``, ``ValidateRestoreOperator``, ``RestoreOperator`` and
+``SetPausedOperator``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from microcheckpoint.completed import CheckpointStatus, read_json
+from microcheckpoint.config import BarrierPolicy, CheckpointingMode
+from microcheckpoint.coordinator import CheckpointCoordinator, Verdict
+from microcheckpoint.errors import (
+    CommitConflict,
+    ConfigError,
+    MicrocheckpointError,
+    TriggerRefused,
+)
+from microcheckpoint.ids import CheckpointId, TopicPartition
+from microcheckpoint.retention import enforce_retention
+from microcheckpoint.savepoints import ClaimMode, check_restorable, create_savepoint, restore
+from microcheckpoint_airflow.checks import expire_if_late
+from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
+from microcheckpoint_airflow.points import resolve_point, split_location
+from microcheckpoint_airflow.spec import PipelineSpec
+
+__all__ = [
+    "AbortCheckpointOperator",
+    "CompleteCheckpointOperator",
+    "EpochSparkSubmitOperator",
+    "LocalEpochOperator",
+    "NotifyCheckpointOperator",
+    "RestoreOperator",
+    "RetentionOperator",
+    "SavepointOperator",
+    "SetPausedOperator",
+    "SuspendPipelineOperator",
+    "TriggerCheckpointOperator",
+    "ValidateRestoreOperator",
+]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+RUN_EPOCH = PROJECT_ROOT / "spark_jobs" / "run_epoch.py"
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+class PipelineOperator(BaseOperator):
+    """Base: a pipeline's spec, its storage and coordinator, and the checkpoint id."""
+
+    template_fields = ("checkpoint_id",)
+    ui_color = "#fef3e8"
+
+    def __init__(
+        self, *, spec: PipelineSpec, checkpoint_id: str | int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.checkpoint_id = checkpoint_id
+
+    def cid(self) -> CheckpointId | None:
+        if self.checkpoint_id in (None, "", "None"):
+            return None
+        return CheckpointId(int(self.checkpoint_id))  # type: ignore[arg-type]
+
+    def store_options(self) -> dict[str, Any]:
+        return CheckpointStorageHook(self.spec.storage_conn_id).store_options(
+            self.spec.config.storage
+        )
+
+    def open_root(self, root: str) -> Any:
+        return CheckpointStorageHook(self.spec.storage_conn_id).get_store(root)
+
+    def coordinator(self) -> CheckpointCoordinator:
+        return CheckpointCoordinator(self.open_root(self.spec.config.storage), self.spec.config)
+
+    def parallelism(self, coord: CheckpointCoordinator) -> int:
+        """The DAG's parallelism, or the one the last restore asked for."""
+        marker = read_json(coord.store, coord.layout.restore) or {}
+        return int(marker.get("parallelism") or self.spec.parallelism)
+
+
+def _offset_committer(kafka: Any, group: str):
+    return lambda offsets: kafka.commit_group_offsets(group, dict(offsets))
+
+
+class TriggerCheckpointOperator(PipelineOperator):
+    """Allocate checkpoint n and write its barrier; returns n (XCom).
+
+    Steps: 1. finish what an earlier run left (a claimed ``_metadata``, a missing
+    notify); 2. end offsets by barrier policy: ``latest`` = the high watermarks,
+    ``data_interval`` = the first offset at or after the run's data-interval end;
+    3. trigger (the coordinator re-checks min pause, max concurrent and failures).
+    """
+
+    def execute(self, context: Any) -> int:
+        from microcheckpoint.adapters.startup import startup_offsets
+        from microcheckpoint.engine.runner import expected_tasks, sink_committer
+
+        coord = self.coordinator()
+        config = self.spec.config
+        pipeline = self.spec.load_pipeline()
+        with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
+            # Step 1: recovery.
+            coord.finish_completing()
+            view = coord.view()
+            publish = None
+            if config.mode is CheckpointingMode.EXACTLY_ONCE:
+                publish = sink_committer(pipeline, coord.store)
+            for done in view.completed:
+                if not view.records[done].notified:
+                    self.log.warning("notifying completed checkpoint %s left by a failed run", done)
+                    coord.notify(done, _offset_committer(kafka, config.effective_group_id), publish)
+            # Step 2: end offsets.
+            tps: list[TopicPartition] = []
+            for topic in config.topics or pipeline.source.topics:
+                tps.extend(kafka.partitions(topic))
+            labels: dict[str, Any] = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"]}
+            if config.barrier_policy is BarrierPolicy.DATA_INTERVAL:
+                start, end = context.get("data_interval_start"), context.get("data_interval_end")
+                if end is None:
+                    raise AirflowFailException(
+                        f"pipeline {config.pipeline!r} uses barrier_policy=data_interval, but run "
+                        f"{context['run_id']} has no data interval; use a scheduled run or a "
+                        "backfill, not a manual run without a logical date"
+                    )
+                ends = kafka.offsets_for_times(tps, int(end.timestamp() * 1000))
+                labels["data_interval"] = [start.isoformat(), end.isoformat()]
+            else:
+                ends = kafka.end_offsets(tps)
+            # Step 3: trigger.
+            parallelism = self.parallelism(coord)
+            try:
+                pending = coord.trigger(
+                    expected_tasks(pipeline, parallelism),
+                    ends,
+                    lambda new: startup_offsets(kafka, config, new),
+                    behind="empty"
+                    if config.barrier_policy is BarrierPolicy.DATA_INTERVAL
+                    else "refuse",
+                    labels=labels,
+                )
+            except TriggerRefused as exc:
+                decision = coord.trigger_decision()
+                if decision.verdict is Verdict.SUSPENDED:
+                    raise AirflowSkipException(str(exc)) from exc
+                raise
+            except MicrocheckpointError as exc:
+                raise AirflowFailException(str(exc)) from exc
+        barrier = coord.barrier(pending.checkpoint_id)
+        self.log.info(
+            "checkpoint %s: %d records, parallelism %d, ranges %s",
+            pending.checkpoint_id,
+            barrier.record_count,
+            parallelism,
+            {str(tp): [r.start, r.end] for tp, r in barrier.ranges.items()},
+        )
+        return pending.checkpoint_id.value
+
+
+class LocalEpochOperator(PipelineOperator):
+    """Process epoch n with local Spark inside this task (the embedded default)."""
+
+    def __init__(self, *, master: str = "local[2]", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.master = master
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from microcheckpoint.engine.runner import run_epoch
+        from microcheckpoint.engine.spark import local_spark
+
+        coord = self.coordinator()
+        pipeline = self.spec.load_pipeline()
+        bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
+        spark = local_spark(self.master, app=f"microcheckpoint-{self.spec.name}")
+        try:
+            result = run_epoch(
+                spark,
+                pipeline,
+                coord,
+                self.cid(),  # type: ignore[arg-type]
+                bootstrap=bootstrap,
+                store_options=self.store_options(),
+            )
+        finally:
+            spark.stop()
+        self.log.info(
+            "checkpoint %s attempt %s: %d records",
+            result.checkpoint_id,
+            result.attempt,
+            result.records,
+        )
+        return {"attempt": result.attempt, "records": result.records}
+
+
+class EpochSparkSubmitOperator(SparkSubmitOperator):
+    """Process epoch n with ``spark-submit spark_jobs/run_epoch.py --checkpoint n``.
+
+    The master comes from the Spark connection (``conn_id``). Storage credentials and the
+    Kafka bootstrap go to the job from this pipeline's connections.
+    """
+
+    def __init__(
+        self,
+        *,
+        spec: PipelineSpec,
+        checkpoint_id: str | int | None = None,
+        application: str = str(RUN_EPOCH),
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("name", f"microcheckpoint-{spec.name}")
+        super().__init__(application=application, **kwargs)
+        self.spec = spec
+        self.checkpoint_id = checkpoint_id
+
+    template_fields = (*SparkSubmitOperator.template_fields, "checkpoint_id")
+
+    def execute(self, context: Any) -> None:
+        storage = self.spec.config.storage
+        options = CheckpointStorageHook(self.spec.storage_conn_id).store_options(storage)
+        args = [
+            "--pipeline",
+            self.spec.pipeline,
+            "--pipeline-kwargs",
+            json.dumps(self.spec.pipeline_kwargs),
+            "--storage",
+            storage,
+            "--checkpoint",
+            str(int(self.checkpoint_id)),  # type: ignore[arg-type]
+            "--bootstrap",
+            KafkaHook(self.spec.kafka_conn_id).bootstrap_servers(),
+            "--config",
+            json.dumps({k: v for k, v in self.spec.config_mapping.items() if k != "pipeline"}),
+        ]
+        if options.get("endpoint_url"):
+            args += ["--s3-endpoint", options["endpoint_url"]]
+        self.application_args = args
+        env = dict(self.env_vars or {})
+        env.setdefault("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("PATH", os.environ.get("PATH", ""))
+        if options.get("access_key"):
+            env.setdefault("AWS_ACCESS_KEY_ID", options["access_key"])
+            env.setdefault("AWS_SECRET_ACCESS_KEY", options.get("secret_key", ""))
+        if options.get("region"):
+            env.setdefault("AWS_DEFAULT_REGION", options["region"])
+        self.env_vars = env
+        super().execute(context)
+
+
+class CompleteCheckpointOperator(PipelineOperator):
+    """The global ack: write ``_metadata`` of checkpoint n (idempotent on retry)."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        coord = self.coordinator()
+        cid = self.cid()
+        assert cid is not None
+        view = coord.view()
+        if view.records[cid].status is CheckpointStatus.PENDING:
+            late = expire_if_late(coord, cid)
+            if late is not None:
+                raise AirflowFailException(late.message)
+        try:
+            meta = coord.complete(cid)
+        except CommitConflict as exc:
+            view = coord.view()
+            if view.records[cid].status is not CheckpointStatus.COMPLETED:
+                raise AirflowFailException(str(exc)) from exc
+            self.log.info("checkpoint %s was completed already (a retry)", cid)
+            meta = view.metadata(cid)
+        return {
+            "checkpoint": cid.value,
+            "duration_ms": meta.duration_ms,
+            "records": meta.barrier.record_count,
+            "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
+        }
+
+
+class NotifyCheckpointOperator(PipelineOperator):
+    """notifyCheckpointComplete: sinks publish, group offsets move, retention (idempotent)."""
+
+    def execute(self, context: Any) -> None:
+        from microcheckpoint.engine.runner import sink_committer
+
+        coord = self.coordinator()
+        config = self.spec.config
+        pipeline = self.spec.load_pipeline()
+        publish = None
+        if config.mode is CheckpointingMode.EXACTLY_ONCE:
+            publish = sink_committer(pipeline, coord.store)
+        for sink in pipeline.sinks:
+            sink.open()
+        with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
+            coord.notify(
+                self.cid(),  # type: ignore[arg-type]
+                _offset_committer(kafka, config.effective_group_id),
+                publish,
+            )
+
+
+class RetentionOperator(PipelineOperator):
+    """Keep ``retained`` completed checkpoints; delete what nothing retained references."""
+
+    def execute(self, context: Any) -> list[int]:
+        coord = self.coordinator()
+        enforce_retention(coord.store, coord.layout, self.spec.config.retained)
+        kept = [c.value for c in coord.view().completed]
+        self.log.info("retained checkpoints: %s", kept)
+        return kept
+
+
+class AbortCheckpointOperator(PipelineOperator):
+    """After a failed step: abort n (EXPIRED past the timeout, else DECLINED).
+
+    Fails with the reason when consecutive failures now exceed ``tolerable_failures``:
+    later runs stop at their first sensor until a person restores the pipeline.
+    """
+
+    def execute(self, context: Any) -> None:
+        coord = self.coordinator()
+        coord.abort_expired()
+        cid = self.cid()
+        if cid is not None:
+            record = coord.view().records.get(cid)
+            if record is not None and record.status is CheckpointStatus.PENDING:
+                coord.abort_declined(cid, f"a task of Airflow run {context['run_id']} failed")
+        try:
+            coord.ensure_can_continue()
+        except MicrocheckpointError as exc:
+            raise AirflowFailException(
+                f"{exc}. To resume, trigger DAG {self.spec.restore_dag_id} (point 'latest')"
+            ) from exc
+
+
+class SuspendPipelineOperator(PipelineOperator):
+    """Stop triggering (when ``when`` renders true): the gate sensors skip runs from now on."""
+
+    template_fields = ("checkpoint_id", "when", "reason")
+
+    def __init__(self, *, when: str | bool = True, reason: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.when = when
+        self.reason = reason
+
+    def execute(self, context: Any) -> bool:
+        if not _truthy(self.when):
+            return False
+        self.coordinator().suspend(self.reason or f"requested by {context['run_id']}")
+        return True
+
+
+class SavepointOperator(PipelineOperator):
+    """Copy the latest completed checkpoint into a self-contained savepoint; returns its URL."""
+
+    template_fields = ("checkpoint_id", "target")
+
+    def __init__(self, *, target: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+
+    def execute(self, context: Any) -> str:
+        coord = self.coordinator()
+        target_store, prefix = None, None
+        target = (self.target or "").strip()
+        try:
+            if target:
+                root, prefix = split_location(target, self.spec.roots, "target")
+                target_store = coord.store if root == self.spec.roots[0] else self.open_root(root)
+            url = create_savepoint(
+                coord.store, self.spec.name, target=target_store, target_prefix=prefix
+            )
+        except MicrocheckpointError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        self.log.info("savepoint of %s: %s", self.spec.name, url)
+        return url
+
+
+class ValidateRestoreOperator(PipelineOperator):
+    """Check a restore request before anything changes; returns what will be restored."""
+
+    def __init__(
+        self,
+        *,
+        point: str = "latest",
+        claim_mode: str = "NO_CLAIM",
+        allow_non_restored_state: str | bool = False,
+        parallelism: str | int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.point = point
+        self.claim_mode = claim_mode
+        self.allow_non_restored_state = allow_non_restored_state
+        self.parallelism_param = parallelism
+
+    template_fields = (
+        "checkpoint_id",
+        "point",
+        "claim_mode",
+        "allow_non_restored_state",
+        "parallelism_param",
+    )
+
+    def requested_parallelism(self) -> int:
+        raw = self.parallelism_param
+        value = self.spec.parallelism if raw in (None, "", "None") else raw
+        try:
+            number = int(value)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ConfigError("parallelism", value, "an integer") from exc
+        limit = self.spec.config.max_parallelism
+        if not 1 <= number <= limit:
+            raise ConfigError("parallelism", number, f"1..max_parallelism ({limit})")
+        return number
+
+    def resolve(self) -> tuple[CheckpointCoordinator, Any, ClaimMode, int, list[str]]:
+        coord = self.coordinator()
+        pipeline = self.spec.load_pipeline()
+        try:
+            claim = ClaimMode(str(self.claim_mode).upper())
+        except ValueError as exc:
+            raise ConfigError("claim_mode", self.claim_mode, "NO_CLAIM or CLAIM") from exc
+        point = resolve_point(
+            self.point, self.spec.name, coord.store, self.spec.roots, self.open_root
+        )
+        uids = [pipeline.source.uid] + [op.uid for op in pipeline.operators]
+        uids += [s.uid for s in pipeline.sinks]
+        dropped = check_restorable(point, uids, _truthy(self.allow_non_restored_state))
+        return coord, point, claim, self.requested_parallelism(), dropped
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        try:
+            _, point, claim, parallelism, dropped = self.resolve()
+        except MicrocheckpointError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        if point.note:
+            self.log.error("%s", point.note)
+        if dropped:
+            self.log.warning("state of operators %s will not be restored", dropped)
+        return {
+            "location": point.location,
+            "checkpoint": point.metadata.checkpoint_id.value,
+            "kind": point.metadata.kind,
+            "claim_mode": claim.value,
+            "parallelism": parallelism,
+            "dropped_state": dropped,
+            "offsets": {str(tp): o for tp, o in sorted(point.metadata.offsets.items())},
+        }
+
+
+class RestoreOperator(ValidateRestoreOperator):
+    """Re-base the pipeline on the point, clear the failure count and the stop marker."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        try:
+            coord, point, claim, parallelism, _ = self.resolve()
+            marker = restore(coord.store, self.spec.name, point, claim, parallelism)
+        except MicrocheckpointError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        coord.reset_failures()
+        coord.resume()
+        self.log.info("pipeline %s re-based on %s", self.spec.name, marker["source"])
+        return {
+            "source": marker["source"],
+            "offsets": marker["offsets"],
+            "parallelism": parallelism,
+        }
+
+
+class SetPausedOperator(PipelineOperator):
+    """Pause or unpause the pipeline DAG through the REST API (when ``when`` renders true)."""
+
+    template_fields = ("checkpoint_id", "when")
+
+    def __init__(self, *, paused: bool, when: str | bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.paused = paused
+        self.when = when
+
+    def execute(self, context: Any) -> bool | None:
+        if not _truthy(self.when):
+            return None
+        hook = AirflowApiHook(self.spec.api_conn_id)
+        try:
+            hook.set_paused(self.spec.dag_id, self.paused)
+        except (ConfigError, RuntimeError) as exc:
+            raise AirflowFailException(str(exc)) from exc
+        self.log.info("%s %s", "paused" if self.paused else "unpaused", self.spec.dag_id)
+        return self.paused

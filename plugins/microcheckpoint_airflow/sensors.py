@@ -1,0 +1,136 @@
+"""Sensors of the checkpoint protocol; deferrable by default (no worker slot while waiting).
+
+Each sensor checks once in the worker; only when it has to wait does it defer to
+``CheckpointConditionTrigger``, which polls the same check in the triggerer.
+
+- ``MinPauseSensor``: ``min_pause`` since the last completed checkpoint.
+- ``ConcurrencySensor``: fewer than ``max_concurrent`` checkpoints in flight.
+- ``BaseStateSensor``: the checkpoint this epoch continues from has all its state.
+- ``AwaitAcksSensor``: every task acked, within ``timeout`` of the trigger; past it the
+  checkpoint is aborted as EXPIRED and the task fails.
+- ``QuietSensor``: nothing in flight (savepoint with stop, restore).
+
+A pipeline stopped with a savepoint makes the gate sensors skip the run; failures past
+``tolerable_failures`` make them fail it with the reason and the way to resume.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from microcheckpoint_airflow.checks import Check, CheckState, run_check
+from microcheckpoint_airflow.hooks import CheckpointStorageHook
+from microcheckpoint_airflow.spec import PipelineSpec
+from microcheckpoint_airflow.triggers import CheckpointConditionTrigger
+
+__all__ = [
+    "AwaitAcksSensor",
+    "BaseStateSensor",
+    "CheckpointSensor",
+    "ConcurrencySensor",
+    "MinPauseSensor",
+    "QuietSensor",
+]
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+class CheckpointSensor(BaseSensorOperator):
+    """Wait for one protocol condition (``kind``) of the pipeline ``spec``."""
+
+    kind = ""
+    template_fields = ("checkpoint_id", "when")
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        spec: PipelineSpec,
+        checkpoint_id: str | int | None = None,
+        when: str | bool = True,
+        deferrable: bool = True,
+        poke_interval: float = 2.0,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("mode", "reschedule" if not deferrable else "poke")
+        super().__init__(poke_interval=poke_interval, **kwargs)
+        self.spec = spec
+        self.checkpoint_id = checkpoint_id
+        self.when = when
+        self.deferrable = deferrable
+
+    def _cid(self) -> int | None:
+        if self.checkpoint_id in (None, "", "None"):
+            return None
+        return int(self.checkpoint_id)  # type: ignore[arg-type]
+
+    def _options(self) -> dict[str, Any]:
+        hook = CheckpointStorageHook(self.spec.storage_conn_id)
+        return hook.store_options(self.spec.config.storage)
+
+    def _check(self) -> Check:
+        if not _truthy(self.when):
+            return Check(CheckState.READY, "not needed for this run")
+        return run_check(self.kind, self.spec.config_mapping, self._options(), self._cid())
+
+    def _finish(self, check: Check) -> bool:
+        if check.state is CheckState.FAIL:
+            raise AirflowFailException(check.message)
+        if check.state is CheckState.SKIP:
+            raise AirflowSkipException(check.message)
+        self.log.info("%s: %s", self.kind, check.message)
+        return check.state is CheckState.READY
+
+    def poke(self, context: Any) -> bool:
+        return self._finish(self._check())
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        check = self._check()
+        if check.state is not CheckState.WAIT:
+            self._finish(check)
+            return None
+        self.log.info("%s: %s; deferring", self.kind, check.message)
+        self.defer(
+            trigger=CheckpointConditionTrigger(
+                self.kind,
+                self.spec.config_mapping,
+                self._options(),
+                self._cid(),
+                self.poke_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
+        if event is None:
+            raise AirflowFailException(f"{self.kind}: the trigger ended without an answer")
+        self._finish(Check.from_event(event))
+
+
+class MinPauseSensor(CheckpointSensor):
+    kind = "min_pause"
+
+
+class ConcurrencySensor(CheckpointSensor):
+    kind = "concurrency"
+
+
+class BaseStateSensor(CheckpointSensor):
+    kind = "base_state"
+
+
+class AwaitAcksSensor(CheckpointSensor):
+    kind = "acks"
+
+
+class QuietSensor(CheckpointSensor):
+    kind = "quiet"

@@ -1,0 +1,95 @@
+"""One pipeline's wiring, shared by its three DAGs and all their tasks."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.errors import ConfigError
+from microcheckpoint_airflow.hooks import (
+    DEFAULT_API_CONN_ID,
+    DEFAULT_KAFKA_CONN_ID,
+    DEFAULT_STORAGE_CONN_ID,
+)
+
+__all__ = ["PipelineSpec"]
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A pipeline as the DAGs see it.
+
+    Args:
+        name: pipeline name (the ``Pipeline``'s own name; DAG ids derive from it).
+        pipeline: ``module:attribute`` of a ``Pipeline``, or of a function returning one
+            (called with ``pipeline_kwargs``). Imported when a task runs, never at parse time.
+        checkpointing: checkpoint settings (DESIGN §7), validated when the DAG file loads.
+        parallelism: subtasks per keyed operator and sink (a restore may change it).
+        savepoint_roots: storage roots besides ``storage`` where savepoints may be written
+            and restored from; anything else is refused.
+    """
+
+    name: str
+    pipeline: str
+    checkpointing: dict[str, Any]
+    pipeline_kwargs: dict[str, Any] = field(default_factory=dict)
+    parallelism: int = 2
+    storage_conn_id: str = DEFAULT_STORAGE_CONN_ID
+    kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID
+    api_conn_id: str = DEFAULT_API_CONN_ID
+    savepoint_roots: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        config = self.config  # validate now: a bad value fails the DAG file's import, loudly
+        if not isinstance(self.parallelism, int) or not (
+            1 <= self.parallelism <= config.max_parallelism
+        ):
+            raise ConfigError(
+                "parallelism", self.parallelism, f"an integer in 1..{config.max_parallelism}"
+            )
+        for root in self.savepoint_roots:
+            if not (root.startswith("s3://") or root.startswith("file:///")):
+                raise ConfigError(
+                    "savepoint_roots", root, "URLs s3://bucket[/prefix] or file:///path"
+                )
+        if ":" not in self.pipeline:
+            raise ConfigError("pipeline", self.pipeline, "'module:attribute' of a Pipeline")
+
+    @cached_property
+    def config(self) -> CheckpointConfig:
+        return CheckpointConfig.from_mapping({"pipeline": self.name, **self.checkpointing})
+
+    @property
+    def config_mapping(self) -> dict[str, Any]:
+        return self.config.to_mapping()
+
+    @property
+    def dag_id(self) -> str:
+        return f"{self.name}_pipeline"
+
+    @property
+    def savepoint_dag_id(self) -> str:
+        return f"{self.name}_savepoint"
+
+    @property
+    def restore_dag_id(self) -> str:
+        return f"{self.name}_restore"
+
+    @property
+    def roots(self) -> list[str]:
+        """Storage roots a savepoint may be written to or restored from."""
+        return [self.config.storage.rstrip("/")] + [r.rstrip("/") for r in self.savepoint_roots]
+
+    def load_pipeline(self) -> Any:
+        """Import the pipeline (at run time) and check it carries this spec's name."""
+        module, _, attr = self.pipeline.partition(":")
+        target = getattr(importlib.import_module(module), attr)
+        pipeline = target(**self.pipeline_kwargs) if callable(target) else target
+        if pipeline.name != self.name:
+            raise ConfigError(
+                "name", self.name, f"the name of pipeline {self.pipeline} ({pipeline.name!r})"
+            )
+        return pipeline
