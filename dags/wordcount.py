@@ -23,7 +23,7 @@ spec = PipelineSpec(
         "min_pause": env("WORDCOUNT_MIN_PAUSE", "0s"),
         "max_concurrent": int(env("WORDCOUNT_MAX_CONCURRENT", "1")),
         "tolerable_failures": int(env("WORDCOUNT_TOLERABLE_FAILURES", "1")),
-        "retained": 2,
+        "retained": int(env("WORDCOUNT_RETAINED", "2")),
         "max_records_per_epoch": int(env("WORDCOUNT_MAX_RECORDS", "5000")),
         "startup_mode": "earliest",
     },

@@ -25,7 +25,7 @@ spec = PipelineSpec(
         "barrier_policy": "data_interval",
         "timeout": env("WORDCOUNT_TIMEOUT", "10min"),
         "tolerable_failures": 1,
-        "retained": 3,
+        "retained": int(env("WORDCOUNT_HOURLY_RETAINED", "3")),
         "startup_mode": "earliest",
     },
     parallelism=2,

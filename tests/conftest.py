@@ -8,6 +8,7 @@ fails to start fails the tests that need it; nothing is skipped.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,11 @@ from pathlib import Path
 import pytest
 
 from microcheckpoint import devstack
+
+# Airflow reads its home when first imported (the plugin's unit tests import it): keep it
+# out of ~/airflow. The dag.test() and end-to-end tests give their processes their own.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="mcp-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 
 @pytest.fixture(scope="session")

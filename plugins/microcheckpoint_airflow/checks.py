@@ -103,6 +103,9 @@ def check_acks(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
         return Check(CheckState.READY, f"checkpoint {cid} is {record.status.value}")
     if record.status is not CheckpointStatus.PENDING:
         reason = record.abort_reason.value if record.abort_reason else record.status.value
+        if record.abort_reason is AbortReason.SUBSUMED:
+            # A newer checkpoint completed first and covers this one: not a failure.
+            return Check(CheckState.SKIP, f"checkpoint {cid} was subsumed by a newer one")
         return Check(CheckState.FAIL, f"checkpoint {cid} was aborted: {reason}")
     late = expire_if_late(coord, cid)
     if late is not None:

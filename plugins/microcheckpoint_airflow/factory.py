@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Param, TriggerRule
+from airflow.sdk import DAG, DeltaDataIntervalTimetable, Param, TriggerRule
 
 from microcheckpoint.config import BarrierPolicy
 from microcheckpoint_airflow.operators import (
@@ -46,6 +46,9 @@ __all__ = ["LocalSpark", "PipelineSpec", "SparkSubmit", "pipeline_dags"]
 
 CID = "{{ ti.xcom_pull(task_ids='trigger_checkpoint') }}"
 
+# Every spec passed to ``pipeline_dags`` in this process (the history page lists them).
+REGISTRY: dict[str, PipelineSpec] = {}
+
 
 @dataclass(frozen=True)
 class LocalSpark:
@@ -68,9 +71,15 @@ def _pipeline_dag(spec: PipelineSpec, spark: LocalSpark | SparkSubmit, common: d
     config = spec.config
     timeout_s = config.timeout
     data_interval = config.barrier_policy is BarrierPolicy.DATA_INTERVAL
+    schedule: Any = None
+    if config.interval is not None:
+        # Airflow 3 gives a plain timedelta point-in-time runs (start == end); policy
+        # data_interval needs real contiguous intervals, as backfills create them.
+        every = timedelta(seconds=config.interval)
+        schedule = DeltaDataIntervalTimetable(every) if data_interval else every
     dag = DAG(
         dag_id=spec.dag_id,
-        schedule=None if config.interval is None else timedelta(seconds=config.interval),
+        schedule=schedule,
         # One run per checkpoint in flight; data_interval epochs go strictly in order.
         max_active_runs=1 if data_interval else config.effective_max_concurrent,
         description=f"checkpointed epochs of pipeline {spec.name}",
@@ -282,6 +291,7 @@ def pipeline_dags(
         "default_args": dict(default_args or {}),
     }
     spark = spark or LocalSpark()
+    REGISTRY[spec.name] = spec
     dags = [
         _pipeline_dag(spec, spark, common),
         # Triggered by a person only, so active from the start (a paused DAG queues runs).

@@ -36,13 +36,26 @@ DEFAULT_API_CONN_ID = "microcheckpoint_airflow_api"
 
 
 def _connection(conn_id: str) -> Any | None:
-    """The connection, or None when it is not defined anywhere (env, secrets, database)."""
+    """The connection, or None when it is not defined anywhere (env, secrets, database).
+
+    Raises:
+        ConfigError: ``AIRFLOW_CONN_<ID>`` is set but Airflow cannot read it (bad JSON or
+            URI); silently falling back would send checkpoints somewhere else.
+    """
     try:
         return BaseHook.get_connection(conn_id)
     except Exception as exc:  # AirflowNotFoundException moved between Airflow versions
-        if "isn't defined" in str(exc) or "not found" in str(exc).lower():
-            return None
-        raise
+        if "isn't defined" not in str(exc) and "not found" not in str(exc).lower():
+            raise
+        variable = f"AIRFLOW_CONN_{conn_id.upper()}"
+        if os.environ.get(variable):
+            raise ConfigError(
+                variable,
+                os.environ[variable][:80],
+                "a connection Airflow can parse: JSON with conn_type, host, login, password, "
+                "extra (or a connection URI)",
+            ) from exc
+        return None
 
 
 class CheckpointStorageHook(BaseHook):

@@ -25,7 +25,10 @@ def split_location(url: str, roots: list[str], what: str) -> tuple[str, str]:
     url = url.strip().rstrip("/")
     for root in roots:
         if url == root or url.startswith(root + "/"):
-            return root, url[len(root) + 1 :]
+            inside = url[len(root) + 1 :]
+            if any(part in ("", ".", "..") for part in inside.split("/")) and inside:
+                raise ConfigError(what, url, "a path without empty, '.' or '..' segments")
+            return root, inside
     raise ConfigError(
         what,
         url,
@@ -55,7 +58,7 @@ def resolve_point(
                 f"pipeline {pipeline!r} has no completed checkpoint to restore; give a savepoint URL"
             )
         return point
-    match = re.fullmatch(r"(?:chk-)?0*(\d+)", text)
+    match = re.fullmatch(r"(?:chk-)?0*([1-9]\d*)", text)
     if match:
         return choose_restore(store, pipeline, checkpoint=CheckpointId(int(match.group(1))))
     if "://" not in text:

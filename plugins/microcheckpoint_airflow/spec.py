@@ -44,8 +44,10 @@ class PipelineSpec:
 
     def __post_init__(self) -> None:
         config = self.config  # validate now: a bad value fails the DAG file's import, loudly
-        if not isinstance(self.parallelism, int) or not (
-            1 <= self.parallelism <= config.max_parallelism
+        if (
+            isinstance(self.parallelism, bool)
+            or not isinstance(self.parallelism, int)
+            or not (1 <= self.parallelism <= config.max_parallelism)
         ):
             raise ConfigError(
                 "parallelism", self.parallelism, f"an integer in 1..{config.max_parallelism}"

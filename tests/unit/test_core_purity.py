@@ -23,6 +23,7 @@ PURE_CORE = [
     "microcheckpoint.coordinator",
     "microcheckpoint.retention",
     "microcheckpoint.savepoints",
+    "microcheckpoint.history",
     "microcheckpoint.storage",
     "microcheckpoint.storage.port",
     "microcheckpoint.storage.file",

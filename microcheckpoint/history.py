@@ -1,0 +1,77 @@
+"""Checkpoint history of one pipeline, as Flink's Checkpoints tab shows it, as plain data.
+
+Read from storage like everything else: one row per checkpoint still in storage (id,
+status, abort reason, attempt, trigger and end times, duration, records, state size,
+offset ranges, and the labels the trigger recorded, e.g. the Airflow run), plus the
+pipeline's savepoints, its restore marker and whether triggering is stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microcheckpoint.barrier import Barrier
+from microcheckpoint.completed import CheckpointStatus, read_json, scan
+from microcheckpoint.errors import MetadataFormatError
+from microcheckpoint.layout import Layout
+from microcheckpoint.savepoints import list_savepoints
+from microcheckpoint.storage.port import ObjectStore
+
+__all__ = ["checkpoint_history"]
+
+
+def _row(view: Any, cid: Any) -> dict[str, Any]:
+    record = view.records[cid]
+    row: dict[str, Any] = {
+        "id": cid.value,
+        "status": record.status.value,
+        "attempt": record.attempt,
+        "notified": record.notified,
+    }
+    try:
+        pending = view.pending_record(cid)
+    except MetadataFormatError:
+        return row
+    barrier = Barrier.from_json(pending["barrier"])
+    row.update(
+        trigger_time_ms=int(pending["trigger_time_ms"]),
+        records=barrier.record_count,
+        ranges={str(tp): [r.start, r.end] for tp, r in sorted(barrier.ranges.items())},
+        labels=pending.get("labels") or {},
+        base=pending.get("base"),
+    )
+    outcome = record.outcome or {}
+    if record.status is CheckpointStatus.ABORTED:
+        row.update(reason=outcome.get("reason"), detail=outcome.get("detail", ""))
+        row["end_time_ms"] = outcome.get("at_ms")
+    if record.status is CheckpointStatus.COMPLETED:
+        meta = view.metadata(cid)
+        row.update(
+            end_time_ms=meta.completed_time_ms,
+            state_bytes=meta.state_size,
+            attempt=meta.attempt,
+        )
+    if row.get("end_time_ms") is not None:
+        row["duration_ms"] = int(row["end_time_ms"]) - row["trigger_time_ms"]
+    return row
+
+
+def checkpoint_history(store: ObjectStore, pipeline: str) -> dict[str, Any]:
+    """The pipeline's checkpoints (newest first), savepoints, restore marker and stop state."""
+    layout = Layout(pipeline)
+    view = scan(store, layout)
+    rows = [
+        _row(view, cid)
+        for cid in sorted(view.records, reverse=True)
+        if view.records[cid].status is not CheckpointStatus.DISCARDED
+    ]
+    restore = read_json(store, layout.restore)
+    return {
+        "pipeline": pipeline,
+        "storage": store.url,
+        "checkpoints": rows,
+        "latest_completed": view.latest_completed.value if view.latest_completed else None,
+        "savepoints": [store.child_url(p.rstrip("/")) for p in list_savepoints(store, pipeline)],
+        "restored_from": None if restore is None else restore.get("source"),
+        "stopped": read_json(store, layout.stopped),
+    }

@@ -1,0 +1,77 @@
+"""Helpers for the Airflow tests: input with known timestamps, dag.test() in a process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from microcheckpoint.airflowstack import PROJECT_ROOT, airflow_environment
+from microcheckpoint.devstack import S3Endpoint, free_port
+
+DRIVER = Path(__file__).with_name("dagtest_driver.py")
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    lines: list[str],
+    partitions: int = 2,
+    timestamps_ms: list[int] | None = None,
+    create: bool = True,
+) -> None:
+    """Produce ``lines`` round-robin over ``partitions`` (line i to partition i % partitions)."""
+    from kafka import KafkaProducer
+
+    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+
+    if create:
+        with KafkaOffsets(bootstrap) as kafka:
+            kafka.create_topic(topic, partitions)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for i, line in enumerate(lines):
+            ts = None if timestamps_ms is None else timestamps_ms[i]
+            producer.send(topic, value=line.encode(), partition=i % partitions, timestamp_ms=ts)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def migrate(home: Path, bootstrap: str, s3: S3Endpoint) -> None:
+    """Create the Airflow metadata database (SQLite) in ``home``."""
+    env = airflow_environment(home, free_port(), bootstrap, s3, "unused")
+    airflow = Path(sys.executable).with_name("airflow")
+    done = subprocess.run(
+        [str(airflow), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def dag_test(
+    home: Path,
+    bootstrap: str,
+    s3: S3Endpoint,
+    dag_file: str,
+    runs: list[dict[str, Any]],
+    env: dict[str, str],
+    timeout: float = 600,
+) -> list[dict[str, Any]]:
+    """Run ``runs`` (dag_id, conf, logical_date, touch) with dag.test(); their results.
+
+    The API connection points at a closed port: there is no API server under dag.test().
+    """
+    environment = airflow_environment(home, free_port(), bootstrap, s3, "unused", env)
+    request = {"dag_file": str(PROJECT_ROOT / "dags" / dag_file), "runs": runs}
+    done = subprocess.run(
+        [sys.executable, str(DRIVER), json.dumps(request)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, (done.stdout + done.stderr)[-6000:]
+    return json.loads(lines[-1][len("RESULT ") :])
