@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-unit lint bench clean
+.PHONY: venv demo demo-engine test test-unit test-e2e lint bench clean
 
 venv: $(STAMP)
 
@@ -21,11 +21,19 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
+# The pipeline through Airflow's scheduler; `make demo KEEP=1` leaves it running.
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m microcheckpoint.demo
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" $(PY) -m microcheckpoint.demo
+
+# The engine alone (no Airflow): Spark epochs with a kill -9 of one epoch's job.
+demo-engine: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m microcheckpoint.demo_engine
 
 test: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+
+test-e2e: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)

@@ -39,4 +39,12 @@ spark = (
 )
 
 start = datetime.fromisoformat(env("WORDCOUNT_HOURLY_START", "2026-01-01T00:00:00+00:00"))
-globals().update(pipeline_dags(spec, start_date=start, spark=spark))
+end = env("WORDCOUNT_HOURLY_END")  # set it to replay a fixed past range only
+globals().update(
+    pipeline_dags(
+        spec,
+        start_date=start,
+        end_date=datetime.fromisoformat(end) if end else None,
+        spark=spark,
+    )
+)

@@ -275,6 +275,7 @@ def pipeline_dags(
     spec: PipelineSpec,
     *,
     start_date: datetime,
+    end_date: datetime | None = None,
     spark: LocalSpark | SparkSubmit | None = None,
     catchup: bool = False,
     tags: tuple[str, ...] = (),
@@ -282,10 +283,14 @@ def pipeline_dags(
 ) -> dict[str, DAG]:
     """The pipeline, savepoint and restore DAGs of ``spec``, by DAG id.
 
+    ``end_date`` stops scheduling after that date (backfills over earlier intervals still
+    run): for ``data_interval`` pipelines replaying a fixed past range.
+
     Put them into the DAG file's globals (``globals().update(pipeline_dags(...))``).
     """
     common = {
         "start_date": start_date,
+        "end_date": end_date,
         "catchup": catchup,
         "tags": ["microcheckpoint", spec.name, *tags],
         "default_args": dict(default_args or {}),

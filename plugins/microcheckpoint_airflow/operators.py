@@ -141,6 +141,7 @@ class TriggerCheckpointOperator(PipelineOperator):
                     )
                 ends = kafka.offsets_for_times(tps, int(end.timestamp() * 1000))
                 labels["data_interval"] = [start.isoformat(), end.isoformat()]
+                self._warn_if_not_contiguous(coord, start)
             else:
                 ends = kafka.end_offsets(tps)
             # Step 3: trigger.
@@ -171,6 +172,35 @@ class TriggerCheckpointOperator(PipelineOperator):
             {str(tp): [r.start, r.end] for tp, r in barrier.ranges.items()},
         )
         return pending.checkpoint_id.value
+
+
+    def _warn_if_not_contiguous(self, coord: CheckpointCoordinator, start: Any) -> None:
+        """Say so when this interval does not begin where the last checkpoint's ended.
+
+        The epoch still starts at the checkpointed offsets (nothing is skipped or read
+        twice), so it also reads any records of earlier intervals that no run covered.
+        """
+        view = coord.view()
+        live = view.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)
+        if not live:
+            return
+        head = live[-1]
+        marker = read_json(coord.store, coord.layout.restore)
+        if marker is not None and int(marker["after_id"]) >= head.value:
+            restored = marker.get("pipeline_checkpoint")  # None: a savepoint elsewhere
+            if restored is None or CheckpointId(int(restored)) not in view.records:
+                return
+            head = CheckpointId(int(restored))
+        labels = view.pending_record(head).get("labels") or {}
+        previous = (labels.get("data_interval") or [None, None])[1]
+        if previous and previous != start.isoformat():
+            self.log.warning(
+                "data interval starts at %s but checkpoint %s covered up to %s: this epoch "
+                "reads from the checkpointed offsets, including records before its interval",
+                start.isoformat(),
+                head,
+                previous,
+            )
 
 
 class LocalEpochOperator(PipelineOperator):

@@ -1,8 +1,8 @@
-"""``make demo`` end to end: its own services, a kill -9 of one epoch's Spark job, exact counts."""
+"""``make demo-engine`` end to end: its own services, a kill -9 of one epoch's Spark job, exact counts."""
 
 from __future__ import annotations
 
-from microcheckpoint import demo
+from microcheckpoint import demo_engine as demo
 
 
 def test_demo_recovers_from_a_killed_spark_job_exactly(capsys):

@@ -1,0 +1,319 @@
+"""End to end with Airflow's real scheduler: ``airflow standalone`` on SQLite with the
+project's ``dags/`` and ``plugins/``, Tansu and the moto S3 server.
+
+The story, in order (the tests share one Airflow and run top to bottom):
+1. scheduled epochs of ``wordcount_pipeline`` consume the input exactly once;
+2. a slow epoch passes the checkpoint timeout: it is aborted as EXPIRED and the next
+   epoch re-reads its range and succeeds;
+3. a savepoint with stop, triggered through the REST API v2 with the UI's conf, pauses
+   the pipeline; a restore from it resumes it, and new input is counted exactly once;
+4. ``wordcount_hourly``: a backfill over three past hours gives one checkpoint per hour
+   with exactly that hour's records; restoring checkpoint 1 and backfilling hours 1-2
+   again replays them once (backfill from a savepoint);
+5. the checkpoint history page answers with the stored history;
+6. the stored timestamps prove min pause and max concurrent were honoured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples import wordcount
+from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.adapters.s3 import S3Store, ensure_bucket
+from microcheckpoint.airflowstack import AirflowStack, start_airflow
+from microcheckpoint.history import checkpoint_history
+from microcheckpoint.ids import TopicPartition
+from microcheckpoint.state.reader import read_keyed_state
+from tests.integration.airflow_support import produce
+
+pytestmark = pytest.mark.e2e
+
+MIN_PAUSE_S = 8
+TIMEOUT_S = 40
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+PER_HOUR = [40, 30, 50]
+
+
+@dataclass
+class World:
+    airflow: AirflowStack
+    store: S3Store
+    bootstrap: str
+    topic: str
+    hourly_topic: str
+    slow_flag: Path
+    lines: list[str] = field(default_factory=list)
+    hourly_lines: list[str] = field(default_factory=list)
+    savepoint: str = ""
+
+    @property
+    def api(self):
+        return self.airflow.client
+
+    def history(self, pipeline: str = "wordcount") -> dict[str, Any]:
+        return checkpoint_history(self.store, pipeline)
+
+    def rows(self, pipeline: str = "wordcount") -> dict[int, dict[str, Any]]:
+        return {r["id"]: r for r in self.history(pipeline)["checkpoints"]}
+
+
+def wait_for(what: str, predicate, timeout: float, airflow: AirflowStack | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(1)
+    tail = airflow.service.log_tail(40) if airflow else ""
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{tail}")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client):
+    tmp = tmp_path_factory.mktemp("e2e")
+    s3_bucket = f"e2e-{uuid.uuid4().hex[:12]}"
+    ensure_bucket(s3_client, s3_bucket)
+    topic, hourly = f"e2e-{uuid.uuid4().hex[:8]}", f"e2e-hourly-{uuid.uuid4().hex[:8]}"
+    lines = wordcount.lines_for(240, seed=31)  # 120 per partition
+    produce(kafka_bootstrap, topic, lines)
+    hourly_lines, stamps = [], []
+    for hour, count in enumerate(PER_HOUR):
+        base = int((T0 + timedelta(hours=hour)).timestamp() * 1000)
+        for i, line in enumerate(wordcount.lines_for(count, seed=40 + hour)):
+            hourly_lines.append(line)
+            stamps.append(base + 1000 * i)
+    produce(kafka_bootstrap, hourly, hourly_lines, timestamps_ms=stamps)
+    env = {
+        "MICROCHECKPOINT_STORAGE": f"s3://{s3_bucket}/chk",
+        "WORDCOUNT_TOPIC": topic,
+        "WORDCOUNT_INTERVAL": "15s",
+        "WORDCOUNT_MIN_PAUSE": f"{MIN_PAUSE_S}s",
+        "WORDCOUNT_TIMEOUT": f"{TIMEOUT_S}s",
+        "WORDCOUNT_MAX_RECORDS": "60",
+        "WORDCOUNT_RETAINED": "100",
+        "WORDCOUNT_TOLERABLE_FAILURES": "1",
+        "WORDCOUNT_HOURLY_TOPIC": hourly,
+        "WORDCOUNT_HOURLY_START": T0.isoformat(),
+        "WORDCOUNT_HOURLY_END": (T0 + timedelta(hours=3)).isoformat(),
+        "WORDCOUNT_HOURLY_RETAINED": "100",
+        "MICROCHECKPOINT_SLOW_ONCE": str(tmp / "slow-once"),
+    }
+    airflow = start_airflow(tmp / "airflow", kafka_bootstrap, s3_endpoint, env)
+    try:
+        airflow.client.wait_dags(
+            [
+                "wordcount_pipeline",
+                "wordcount_savepoint",
+                "wordcount_restore",
+                "wordcount_hourly_pipeline",
+                "wordcount_hourly_restore",
+            ]
+        )
+        yield World(
+            airflow,
+            S3Store(s3_client, s3_bucket, "chk"),
+            kafka_bootstrap,
+            topic,
+            hourly,
+            tmp / "slow-once",
+            lines,
+            hourly_lines,
+        )
+    finally:
+        airflow.stop()
+        assert not airflow.service.alive()
+
+
+def _offsets_done(world: World, ends: int) -> bool:
+    history = world.history()
+    latest = history["latest_completed"]
+    if latest is None:
+        return False
+    row = next(r for r in history["checkpoints"] if r["id"] == latest)
+    # Notified too: the group offsets are committed by the task after completion.
+    return row["notified"] and all(end == ends for _, end in row["ranges"].values())
+
+
+def _group(world: World) -> dict[int, int]:
+    with KafkaOffsets(world.bootstrap) as kafka:
+        tps = [TopicPartition(world.topic, p) for p in (0, 1)]
+        got = kafka.committed_group_offsets("microcheckpoint-wordcount", tps)
+    return {tp.partition: o for tp, o in got.items()}
+
+
+def test_scheduled_epochs_consume_the_input_exactly_once(world: World):
+    world.api.set_paused("wordcount_pipeline", False)
+    # 120 records per partition at 60 per epoch: two epochs, then empty ones.
+    wait_for(
+        "three completed checkpoints ending at offset 120",
+        lambda: (
+            len([r for r in world.rows().values() if r["status"] == "COMPLETED"]) >= 3
+            and _offsets_done(world, 120)
+        ),
+        240,
+        world.airflow,
+    )
+    rows = world.rows()
+    assert rows[1]["ranges"] == {f"{world.topic}:0": [0, 60], f"{world.topic}:1": [0, 60]}
+    assert rows[2]["ranges"] == {f"{world.topic}:0": [60, 120], f"{world.topic}:1": [60, 120]}
+    counts = read_keyed_state(world.store, "wordcount", "word-counts")
+    assert counts == dict(wordcount.expected(world.lines))
+    assert _group(world) == {0: 120, 1: 120}
+    # Every checkpoint names the Airflow run that triggered it, and that run succeeded.
+    run_id = rows[1]["labels"]["run_id"]
+    assert world.api.run("wordcount_pipeline", run_id)["state"] == "success"
+
+
+def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
+    more = wordcount.lines_for(60, seed=32)
+    produce(world.bootstrap, world.topic, more, create=False)
+    world.lines += more
+    before = max(world.rows())
+    world.slow_flag.write_text(str(TIMEOUT_S + 20))  # the next epoch sleeps past the timeout
+    # A manual run through the REST API, as the UI's Trigger button does.
+    world.api.trigger("wordcount_pipeline", {})
+    expired = wait_for(
+        "a checkpoint aborted as EXPIRED",
+        lambda: [r for i, r in world.rows().items() if i > before and r.get("reason") == "EXPIRED"],
+        TIMEOUT_S + 120,
+        world.airflow,
+    )[0]
+    assert not world.slow_flag.exists()
+    wait_for(
+        "a completed checkpoint after the expired one, at offset 150",
+        lambda: _offsets_done(world, 150) and world.history()["latest_completed"] > expired["id"],
+        180,
+        world.airflow,
+    )
+    rows = world.rows()
+    after = rows[
+        min(i for i, r in rows.items() if i > expired["id"] and r["status"] == "COMPLETED")
+    ]
+    assert after["ranges"] == expired["ranges"]  # the expired range is read again
+    assert expired["duration_ms"] >= TIMEOUT_S * 1000
+    run = expired["labels"]["run_id"]
+    assert world.api.wait_run("wordcount_pipeline", run, 60) == "failed"
+    states = world.api.task_states("wordcount_pipeline", run)
+    assert states["process_epoch"] == "failed"
+    assert states["abort_on_failure"] == "success"
+    assert states["complete_checkpoint"] == "upstream_failed"
+    counts = read_keyed_state(world.store, "wordcount", "word-counts")
+    assert counts == dict(wordcount.expected(world.lines))
+
+
+def test_savepoint_with_stop_then_restore_from_it(world: World):
+    conf = {"target": "", "stop": True}
+    run = world.api.trigger("wordcount_savepoint", conf)
+    assert world.api.wait_run("wordcount_savepoint", run, 240) == "success"
+    world.savepoint = world.api.xcom("wordcount_savepoint", run, "take_savepoint")
+    history = world.history()
+    assert world.savepoint in history["savepoints"]
+    assert history["stopped"] is not None
+    assert world.api.dag("wordcount_pipeline")["is_paused"] is True
+    # Nothing is triggered while stopped, though input arrives and intervals pass.
+    stopped_at = max(world.rows())
+    more = wordcount.lines_for(100, seed=33)
+    produce(world.bootstrap, world.topic, more, create=False)
+    world.lines += more
+    time.sleep(20)
+    assert max(world.rows()) == stopped_at
+    conf = {
+        "point": world.savepoint,
+        "claim_mode": "NO_CLAIM",
+        "allow_non_restored_state": False,
+        "parallelism": 2,
+        "resume": True,
+    }
+    run = world.api.trigger("wordcount_restore", conf)
+    assert world.api.wait_run("wordcount_restore", run, 240) == "success"
+    assert world.api.dag("wordcount_pipeline")["is_paused"] is False
+    assert world.history()["restored_from"] == world.savepoint
+    wait_for("the new input checkpointed", lambda: _offsets_done(world, 200), 240, world.airflow)
+    counts = read_keyed_state(world.store, "wordcount", "word-counts")
+    assert counts == dict(wordcount.expected(world.lines))
+    assert _group(world) == {0: 200, 1: 200}
+
+
+def _hourly_done(world: World, count: int) -> bool:
+    rows = world.rows("wordcount_hourly")
+    return len([r for r in rows.values() if r["status"] == "COMPLETED"]) >= count
+
+
+def test_backfill_over_past_hours_and_again_from_an_older_checkpoint(world: World):
+    world.api.set_paused("wordcount_hourly_pipeline", False)  # backfill runs need it active
+    world.api.backfill(
+        "wordcount_hourly_pipeline", T0.isoformat(), (T0 + timedelta(hours=2)).isoformat()
+    )
+    wait_for("three hourly checkpoints", lambda: _hourly_done(world, 3), 300, world.airflow)
+    rows = world.rows("wordcount_hourly")
+    hour = lambda h: (T0 + timedelta(hours=h)).isoformat()  # noqa: E731
+    assert [rows[i]["labels"]["data_interval"] for i in (1, 2, 3)] == [
+        [hour(0), hour(1)],
+        [hour(1), hour(2)],
+        [hour(2), hour(3)],
+    ]
+    assert [rows[i]["records"] for i in (1, 2, 3)] == PER_HOUR
+    assert read_keyed_state(world.store, "wordcount_hourly", "word-counts") == dict(
+        wordcount.expected(world.hourly_lines)
+    )
+    # Re-base on checkpoint 1 and backfill hours 1-2 again: replayed once, not added twice.
+    conf = {"point": "1", "claim_mode": "NO_CLAIM", "resume": True}
+    run = world.api.trigger("wordcount_hourly_restore", conf)
+    assert world.api.wait_run("wordcount_hourly_restore", run, 240) == "success"
+    world.api.backfill(
+        "wordcount_hourly_pipeline",
+        (T0 + timedelta(hours=1)).isoformat(),
+        (T0 + timedelta(hours=2)).isoformat(),
+        reprocess="completed",
+    )
+    wait_for("two replayed checkpoints", lambda: _hourly_done(world, 5), 300, world.airflow)
+    rows = world.rows("wordcount_hourly")
+    assert [rows[i]["records"] for i in (4, 5)] == PER_HOUR[1:]
+    assert rows[4]["ranges"] == rows[2]["ranges"]
+    assert read_keyed_state(world.store, "wordcount_hourly", "word-counts") == dict(
+        wordcount.expected(world.hourly_lines)
+    )
+
+
+def test_history_page_serves_the_stored_history(world: World):
+    base = world.airflow.url + "/microcheckpoint"
+    with urllib.request.urlopen(base + "/api/pipelines/wordcount", timeout=30) as response:
+        served = json.loads(response.read())
+    stored = world.history()
+    assert [r["id"] for r in served["checkpoints"]] == [r["id"] for r in stored["checkpoints"]]
+    assert served["savepoints"] == stored["savepoints"]
+    with urllib.request.urlopen(base + "/", timeout=30) as response:
+        page = response.read().decode()
+    assert "<h2>wordcount</h2>" in page and "EXPIRED" in page
+
+
+def test_stored_timestamps_prove_min_pause_and_max_concurrent(world: World):
+    rows = sorted(
+        (r for r in world.rows().values() if "trigger_time_ms" in r and "end_time_ms" in r),
+        key=lambda r: r["id"],
+    )
+    assert len(rows) >= 6
+    completed = [r for r in rows if r["status"] == "COMPLETED"]
+    for earlier, later in itertools.pairwise(rows):
+        # max_concurrent = 1 (min_pause > 0 forces it): no two checkpoints overlap.
+        assert later["trigger_time_ms"] >= earlier["end_time_ms"], (earlier, later)
+    for row in rows[1:]:
+        done = [c for c in completed if c["end_time_ms"] <= row["trigger_time_ms"]]
+        if done:
+            gap = row["trigger_time_ms"] - max(c["end_time_ms"] for c in done)
+            assert gap >= MIN_PAUSE_S * 1000, (row["id"], gap)
+    # The scheduler had runs waiting (interval 15s < epoch + pause): the pause was enforced,
+    # not just happened. Some gap is within a few seconds of the minimum.
+    gaps = [b["trigger_time_ms"] - a["end_time_ms"] for a, b in itertools.pairwise(completed)]
+    assert min(gaps) < (MIN_PAUSE_S + 6) * 1000, gaps
