@@ -173,7 +173,6 @@ class TriggerCheckpointOperator(PipelineOperator):
         )
         return pending.checkpoint_id.value
 
-
     def _warn_if_not_contiguous(self, coord: CheckpointCoordinator, start: Any) -> None:
         """Say so when this interval does not begin where the last checkpoint's ended.
 
