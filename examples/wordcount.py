@@ -9,13 +9,24 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from datetime import datetime, timedelta
 
 from pyspark.sql import functions as F
 
 from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
 from microcheckpoint.sinks.files import FileSink
 
-__all__ = ["HAMLET", "WORDS", "build", "expected", "generate", "lines_for", "pipeline"]
+__all__ = [
+    "HAMLET",
+    "WORDS",
+    "build",
+    "expected",
+    "generate",
+    "hourly_lines",
+    "lines_for",
+    "pipeline",
+    "produce",
+]
 
 
 def build(
@@ -65,21 +76,56 @@ def generate(bootstrap: str, topic: str, lines: int, seed: int, partitions: int 
     Returns:
         The lines produced, in production order (line ``i`` goes to partition ``i % partitions``).
     """
+    text = lines_for(lines, seed)
+    produce(bootstrap, topic, text, partitions)
+    return text
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    lines: list[str],
+    partitions: int = 2,
+    timestamps_ms: list[int] | None = None,
+    create: bool = True,
+) -> None:
+    """Produce ``lines`` round-robin (line ``i`` to partition ``i % partitions``).
+
+    Args:
+        timestamps_ms: a Kafka timestamp per line (default: the producer's clock).
+        create: create the topic first (with ``partitions`` partitions).
+    """
     from kafka import KafkaProducer
 
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 
-    text = lines_for(lines, seed)
-    with KafkaOffsets(bootstrap) as kafka:
-        kafka.create_topic(topic, partitions)
+    if create:
+        with KafkaOffsets(bootstrap) as kafka:
+            kafka.create_topic(topic, partitions)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     try:
-        for i, line in enumerate(text):
-            producer.send(topic, value=line.encode(), partition=i % partitions)
+        for i, line in enumerate(lines):
+            stamp = None if timestamps_ms is None else timestamps_ms[i]
+            producer.send(topic, value=line.encode(), partition=i % partitions, timestamp_ms=stamp)
         producer.flush()
     finally:
         producer.close()
-    return text
+
+
+def hourly_lines(start: datetime, per_hour: list[int], seed: int) -> tuple[list[str], list[int]]:
+    """Lines for consecutive hours from ``start`` and their timestamps (1 s apart within an hour).
+
+    Hour ``h`` gets ``per_hour[h]`` lines; the timestamps increase, so each partition's
+    records are in time order, as a time-partitioned replay needs.
+    """
+    lines: list[str] = []
+    stamps: list[int] = []
+    for hour, count in enumerate(per_hour):
+        base = int((start + timedelta(hours=hour)).timestamp() * 1000)
+        for i, line in enumerate(lines_for(count, seed + hour)):
+            lines.append(line)
+            stamps.append(base + 1000 * i)
+    return lines, stamps
 
 
 def expected(lines: list[str]) -> Counter[str]:

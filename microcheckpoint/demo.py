@@ -77,23 +77,6 @@ def _consumed(ends: int):
     return check
 
 
-def _produce(bootstrap: str, lines: list[str], create: bool) -> None:
-    from kafka import KafkaProducer
-
-    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-
-    if create:
-        with KafkaOffsets(bootstrap) as kafka:
-            kafka.create_topic(TOPIC, 2)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    try:
-        for i, line in enumerate(lines):
-            producer.send(TOPIC, value=line.encode(), partition=i % 2)
-        producer.flush()
-    finally:
-        producer.close()
-
-
 def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> int:
     from examples import wordcount
     from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
@@ -127,7 +110,7 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             _say(f"checkpoint history page: {airflow.url}/microcheckpoint/")
             api.wait_dags(["wordcount_pipeline", "wordcount_savepoint", "wordcount_restore"])
             first = wordcount.lines_for(lines_first, seed=7)
-            _produce(stack.kafka_bootstrap, first, create=True)
+            wordcount.produce(stack.kafka_bootstrap, TOPIC, first)
             per_partition = lines_first // 2
             _say(f"produced {lines_first} lines; unpausing wordcount_pipeline (every 20s)")
             api.set_paused("wordcount_pipeline", False)
@@ -142,7 +125,7 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             _say(f"savepoint run {state}: {savepoint}; wordcount_pipeline paused: {paused}")
 
             second = wordcount.lines_for(lines_second, seed=8)
-            _produce(stack.kafka_bootstrap, second, create=False)
+            wordcount.produce(stack.kafka_bootstrap, TOPIC, second, create=False)
             _say(f"produced {lines_second} more lines; restoring from the savepoint")
             conf = {"point": savepoint, "claim_mode": "NO_CLAIM", "parallelism": 2, "resume": True}
             run_id = api.trigger("wordcount_restore", conf)

@@ -35,12 +35,12 @@ from microcheckpoint.airflowstack import AirflowStack, start_airflow
 from microcheckpoint.history import checkpoint_history
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.state.reader import read_keyed_state
-from tests.integration.airflow_support import produce
 
 pytestmark = pytest.mark.e2e
 
 MIN_PAUSE_S = 8
-TIMEOUT_S = 40
+INTERVAL_S = 15
+TIMEOUT_S = 35
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 PER_HOUR = [40, 30, 50]
 
@@ -86,18 +86,13 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client):
     ensure_bucket(s3_client, s3_bucket)
     topic, hourly = f"e2e-{uuid.uuid4().hex[:8]}", f"e2e-hourly-{uuid.uuid4().hex[:8]}"
     lines = wordcount.lines_for(240, seed=31)  # 120 per partition
-    produce(kafka_bootstrap, topic, lines)
-    hourly_lines, stamps = [], []
-    for hour, count in enumerate(PER_HOUR):
-        base = int((T0 + timedelta(hours=hour)).timestamp() * 1000)
-        for i, line in enumerate(wordcount.lines_for(count, seed=40 + hour)):
-            hourly_lines.append(line)
-            stamps.append(base + 1000 * i)
-    produce(kafka_bootstrap, hourly, hourly_lines, timestamps_ms=stamps)
+    wordcount.produce(kafka_bootstrap, topic, lines)
+    hourly_lines, stamps = wordcount.hourly_lines(T0, PER_HOUR, seed=40)
+    wordcount.produce(kafka_bootstrap, hourly, hourly_lines, timestamps_ms=stamps)
     env = {
         "MICROCHECKPOINT_STORAGE": f"s3://{s3_bucket}/chk",
         "WORDCOUNT_TOPIC": topic,
-        "WORDCOUNT_INTERVAL": "15s",
+        "WORDCOUNT_INTERVAL": f"{INTERVAL_S}s",
         "WORDCOUNT_MIN_PAUSE": f"{MIN_PAUSE_S}s",
         "WORDCOUNT_TIMEOUT": f"{TIMEOUT_S}s",
         "WORDCOUNT_MAX_RECORDS": "60",
@@ -119,6 +114,11 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client):
                 "wordcount_hourly_pipeline",
                 "wordcount_hourly_restore",
             ]
+        )
+        # The hourly backfill runs beside the wordcount story (checked in step 4).
+        airflow.client.set_paused("wordcount_hourly_pipeline", False)  # backfills need it active
+        airflow.client.backfill(
+            "wordcount_hourly_pipeline", T0.isoformat(), (T0 + timedelta(hours=2)).isoformat()
         )
         yield World(
             airflow,
@@ -177,7 +177,7 @@ def test_scheduled_epochs_consume_the_input_exactly_once(world: World):
 
 def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
     more = wordcount.lines_for(60, seed=32)
-    produce(world.bootstrap, world.topic, more, create=False)
+    wordcount.produce(world.bootstrap, world.topic, more, create=False)
     world.lines += more
     before = max(world.rows())
     world.slow_flag.write_text(str(TIMEOUT_S + 20))  # the next epoch sleeps past the timeout
@@ -224,9 +224,9 @@ def test_savepoint_with_stop_then_restore_from_it(world: World):
     # Nothing is triggered while stopped, though input arrives and intervals pass.
     stopped_at = max(world.rows())
     more = wordcount.lines_for(100, seed=33)
-    produce(world.bootstrap, world.topic, more, create=False)
+    wordcount.produce(world.bootstrap, world.topic, more, create=False)
     world.lines += more
-    time.sleep(20)
+    time.sleep(INTERVAL_S + 2)
     assert max(world.rows()) == stopped_at
     conf = {
         "point": world.savepoint,
@@ -251,10 +251,7 @@ def _hourly_done(world: World, count: int) -> bool:
 
 
 def test_backfill_over_past_hours_and_again_from_an_older_checkpoint(world: World):
-    world.api.set_paused("wordcount_hourly_pipeline", False)  # backfill runs need it active
-    world.api.backfill(
-        "wordcount_hourly_pipeline", T0.isoformat(), (T0 + timedelta(hours=2)).isoformat()
-    )
+    # The backfill over hours 0-2 was created when Airflow started.
     wait_for("three hourly checkpoints", lambda: _hourly_done(world, 3), 300, world.airflow)
     rows = world.rows("wordcount_hourly")
     hour = lambda h: (T0 + timedelta(hours=h)).isoformat()  # noqa: E731

@@ -1,4 +1,4 @@
-"""Helpers for the Airflow tests: input with known timestamps, dag.test() in a process."""
+"""Helpers for the Airflow tests: the metadata database and dag.test() in a process."""
 
 from __future__ import annotations
 
@@ -12,32 +12,6 @@ from microcheckpoint.airflowstack import PROJECT_ROOT, airflow_environment
 from microcheckpoint.devstack import S3Endpoint, free_port
 
 DRIVER = Path(__file__).with_name("dagtest_driver.py")
-
-
-def produce(
-    bootstrap: str,
-    topic: str,
-    lines: list[str],
-    partitions: int = 2,
-    timestamps_ms: list[int] | None = None,
-    create: bool = True,
-) -> None:
-    """Produce ``lines`` round-robin over ``partitions`` (line i to partition i % partitions)."""
-    from kafka import KafkaProducer
-
-    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-
-    if create:
-        with KafkaOffsets(bootstrap) as kafka:
-            kafka.create_topic(topic, partitions)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    try:
-        for i, line in enumerate(lines):
-            ts = None if timestamps_ms is None else timestamps_ms[i]
-            producer.send(topic, value=line.encode(), partition=i % partitions, timestamp_ms=ts)
-        producer.flush()
-    finally:
-        producer.close()
 
 
 def migrate(home: Path, bootstrap: str, s3: S3Endpoint) -> None:

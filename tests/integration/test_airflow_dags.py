@@ -22,7 +22,7 @@ from microcheckpoint.history import checkpoint_history
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.layout import Layout
 from microcheckpoint.state.reader import read_keyed_state
-from tests.integration.airflow_support import dag_test, migrate, produce
+from tests.integration.airflow_support import dag_test, migrate
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def test_epochs_then_stop_with_savepoint_then_restore_with_rescale(
 ):
     topic = f"lines-{uuid.uuid4().hex[:8]}"
     first = wordcount.lines_for(240, seed=11)  # 120 per partition
-    produce(kafka_bootstrap, topic, first)
+    wordcount.produce(kafka_bootstrap, topic, first)
     storage = f"s3://{s3_bucket}/chk"
     env = {
         "MICROCHECKPOINT_STORAGE": storage,
@@ -121,7 +121,7 @@ def test_epochs_then_stop_with_savepoint_then_restore_with_rescale(
 
     # More input; restore from the savepoint with parallelism 3 and run two epochs.
     second = wordcount.lines_for(100, seed=12)
-    produce(kafka_bootstrap, topic, second, create=False)
+    wordcount.produce(kafka_bootstrap, topic, second, create=False)
     runs = dag_test(
         airflow_home,
         kafka_bootstrap,
@@ -175,13 +175,8 @@ def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
     topic = f"hourly-{uuid.uuid4().hex[:8]}"
     t0 = datetime(2026, 3, 1, tzinfo=UTC)
     per_hour = [40, 30, 50]
-    lines, stamps = [], []
-    for hour, count in enumerate(per_hour):
-        base = int((t0 + timedelta(hours=hour)).timestamp() * 1000)
-        for i, line in enumerate(wordcount.lines_for(count, seed=20 + hour)):
-            lines.append(line)
-            stamps.append(base + 1000 * i)
-    produce(kafka_bootstrap, topic, lines, timestamps_ms=stamps)
+    lines, stamps = wordcount.hourly_lines(t0, per_hour, seed=20)
+    wordcount.produce(kafka_bootstrap, topic, lines, timestamps_ms=stamps)
     env = {
         "MICROCHECKPOINT_STORAGE": f"s3://{s3_bucket}/chk",
         "WORDCOUNT_HOURLY_TOPIC": topic,
