@@ -71,8 +71,11 @@ def _follow(store, until, timeout: float, seen: set[int]) -> None:
 def _consumed(ends: int):
     def check(history: dict) -> bool:
         latest = history["latest_completed"]
-        rows = {r["id"]: r for r in history["checkpoints"]}
-        return latest is not None and all(e == ends for _, e in rows[latest]["ranges"].values())
+        if latest is None:
+            return False
+        row = next(r for r in history["checkpoints"] if r["id"] == latest)
+        # Notified: the sink has published and the group offsets are committed.
+        return row["notified"] and all(e == ends for _, e in row["ranges"].values())
 
     return check
 
