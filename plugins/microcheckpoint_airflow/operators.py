@@ -99,6 +99,18 @@ def _offset_committer(kafka: Any, group: str):
     return lambda offsets: kafka.commit_group_offsets(group, dict(offsets))
 
 
+def _publisher(pipeline: Any, coord: CheckpointCoordinator) -> Any:
+    """The ``commit_sinks`` callback of ``notify`` (None in AT_LEAST_ONCE: sinks published
+    while processing), with the pipeline's sinks opened."""
+    from microcheckpoint.engine.runner import sink_committer
+
+    if coord.config.mode is not CheckpointingMode.EXACTLY_ONCE:
+        return None
+    for sink in pipeline.sinks:
+        sink.open()
+    return sink_committer(pipeline, coord.store)
+
+
 class TriggerCheckpointOperator(PipelineOperator):
     """Allocate checkpoint n and write its barrier; returns n (XCom).
 
@@ -110,7 +122,7 @@ class TriggerCheckpointOperator(PipelineOperator):
 
     def execute(self, context: Any) -> int:
         from microcheckpoint.adapters.startup import startup_offsets
-        from microcheckpoint.engine.runner import expected_tasks, sink_committer
+        from microcheckpoint.engine.runner import expected_tasks
 
         coord = self.coordinator()
         config = self.spec.config
@@ -119,13 +131,14 @@ class TriggerCheckpointOperator(PipelineOperator):
             # Step 1: recovery.
             coord.finish_completing()
             view = coord.view()
-            publish = None
-            if config.mode is CheckpointingMode.EXACTLY_ONCE:
-                publish = sink_committer(pipeline, coord.store)
             for done in view.completed:
                 if not view.records[done].notified:
                     self.log.warning("notifying completed checkpoint %s left by a failed run", done)
-                    coord.notify(done, _offset_committer(kafka, config.effective_group_id), publish)
+                    coord.notify(
+                        done,
+                        _offset_committer(kafka, config.effective_group_id),
+                        _publisher(pipeline, coord),
+                    )
             # Step 2: end offsets.
             tps: list[TopicPartition] = []
             for topic in config.topics or pipeline.source.topics:
@@ -324,20 +337,12 @@ class NotifyCheckpointOperator(PipelineOperator):
     """notifyCheckpointComplete: sinks publish, group offsets move, retention (idempotent)."""
 
     def execute(self, context: Any) -> None:
-        from microcheckpoint.engine.runner import sink_committer
-
         coord = self.coordinator()
-        config = self.spec.config
-        pipeline = self.spec.load_pipeline()
-        publish = None
-        if config.mode is CheckpointingMode.EXACTLY_ONCE:
-            publish = sink_committer(pipeline, coord.store)
-        for sink in pipeline.sinks:
-            sink.open()
+        publish = _publisher(self.spec.load_pipeline(), coord)
         with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
             coord.notify(
                 self.cid(),  # type: ignore[arg-type]
-                _offset_committer(kafka, config.effective_group_id),
+                _offset_committer(kafka, self.spec.config.effective_group_id),
                 publish,
             )
 
