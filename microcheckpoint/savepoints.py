@@ -93,7 +93,7 @@ def create_savepoint(
     cid = checkpoint or view.latest_completed
     if cid is None or cid not in view.completed:
         raise CheckpointNotFound(
-            f"pipeline {pipeline!r} has no completed checkpoint {cid or ''} to take a savepoint "
+            f"pipeline {pipeline!r} has no completed checkpoint{f' {cid}' if cid else ''} to take a savepoint "
             f"from (completed: {[c.value for c in view.completed]}); run a checkpoint first"
         )
     # Step 1: the source.

@@ -312,8 +312,14 @@ class CompleteCheckpointOperator(PipelineOperator):
         coord = self.coordinator()
         cid = self.cid()
         assert cid is not None
+        coord.finish_completing()  # a crashed earlier try may have claimed COMPLETED
         view = coord.view()
-        if view.records[cid].status is CheckpointStatus.PENDING:
+        record = view.records.get(cid)
+        if record is None:
+            raise AirflowFailException(
+                f"checkpoint {cid} of {self.spec.name!r} does not exist in {coord.store.url}"
+            )
+        if record.status is CheckpointStatus.PENDING:
             late = expire_if_late(coord, cid)
             if late is not None:
                 raise AirflowFailException(late.message)

@@ -32,10 +32,12 @@ def dag_test(
     runs: list[dict[str, Any]],
     env: dict[str, str],
     timeout: float = 600,
+    output: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``runs`` (dag_id, conf, logical_date, touch) with dag.test(); their results.
 
     The API connection points at a closed port: there is no API server under dag.test().
+    With ``output``, the process's stdout and stderr (the task logs) are appended to it.
     """
     environment = airflow_environment(home, free_port(), bootstrap, s3, "unused", env)
     request = {"dag_file": str(PROJECT_ROOT / "dags" / dag_file), "runs": runs}
@@ -46,6 +48,8 @@ def dag_test(
         text=True,
         timeout=timeout,
     )
+    if output is not None:
+        output.append(done.stdout + done.stderr)
     lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     assert done.returncode == 0 and lines, (done.stdout + done.stderr)[-6000:]
     return json.loads(lines[-1][len("RESULT ") :])

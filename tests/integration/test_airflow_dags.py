@@ -217,3 +217,35 @@ def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
     for line in lines[: per_hour[0] + per_hour[1]]:
         expected.update(line.split())
     assert read_keyed_state(store, "wordcount_hourly", "word-counts") == dict(expected)
+
+
+def test_spark_submit_mode_runs_the_epoch_with_spark_submit(
+    airflow_home, kafka_bootstrap, s3_endpoint, s3_client, s3_bucket
+):
+    """``MICROCHECKPOINT_SPARK_MODE=submit``: the provider's SparkSubmitOperator runs
+    spark_jobs/run_epoch.py against the master of connection spark_default (local[2])."""
+    topic = f"lines-{uuid.uuid4().hex[:8]}"
+    lines = wordcount.lines_for(50, seed=13)
+    wordcount.produce(kafka_bootstrap, topic, lines)
+    env = {
+        "MICROCHECKPOINT_STORAGE": f"s3://{s3_bucket}/chk",
+        "MICROCHECKPOINT_SPARK_MODE": "submit",
+        "WORDCOUNT_TOPIC": topic,
+    }
+    logs: list[str] = []
+    runs = dag_test(
+        airflow_home,
+        kafka_bootstrap,
+        s3_endpoint,
+        "wordcount.py",
+        [{"dag_id": "wordcount_pipeline"}],
+        env,
+        output=logs,
+    )
+    assert runs[0]["state"] == "success"
+    assert runs[0]["tasks"]["process_epoch"] == "success"
+    # run_epoch.py reports the checkpoint and the master it ran on; the hook logs it.
+    assert '{"checkpoint": 1, "attempt": 2, "records": 50, "master": "local[2]"}' in logs[0]
+    assert "spark-submit" in logs[0]
+    store = _store(s3_client, s3_bucket)
+    assert read_keyed_state(store, "wordcount", "word-counts") == dict(wordcount.expected(lines))

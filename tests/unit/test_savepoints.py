@@ -84,7 +84,7 @@ def test_create_savepoint_needs_a_completed_checkpoint(h) -> None:
     with pytest.raises(CheckpointNotFound) as caught:
         savepoints.create_savepoint(h.store, "pipe")
     assert str(caught.value).startswith(
-        "pipeline 'pipe' has no completed checkpoint  to take a savepoint from (completed: [])"
+        "pipeline 'pipe' has no completed checkpoint to take a savepoint from (completed: [])"
     )
     coord = h.coordinator()
     h.epoch(coord, {TP0: 10})
