@@ -171,7 +171,11 @@ def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
     airflow_home, kafka_bootstrap, s3_endpoint, s3_client, s3_bucket
 ):
     """Each run reads exactly the records of its hour; restoring checkpoint 1 and re-running
-    hour 1 gives the state of hours 0-1 once (backfill from a savepoint, in dag.test form)."""
+    hour 1 gives the state of hours 0-1 once (backfill from a savepoint, in dag.test form).
+
+    The epochs run in ``MICROCHECKPOINT_SPARK_MODE=submit``: the provider's
+    SparkSubmitOperator runs spark_jobs/run_epoch.py against the master of connection
+    spark_default (``local[2]`` here)."""
     topic = f"hourly-{uuid.uuid4().hex[:8]}"
     t0 = datetime(2026, 3, 1, tzinfo=UTC)
     per_hour = [40, 30, 50]
@@ -182,7 +186,9 @@ def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
         "WORDCOUNT_HOURLY_TOPIC": topic,
         "WORDCOUNT_HOURLY_START": t0.isoformat(),
         "WORDCOUNT_HOURLY_RETAINED": "10",
+        "MICROCHECKPOINT_SPARK_MODE": "submit",
     }
+    logs: list[str] = []
     hour = lambda h: (t0 + timedelta(hours=h)).isoformat()  # noqa: E731
     runs = dag_test(
         airflow_home,
@@ -198,6 +204,7 @@ def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
             {"dag_id": "wordcount_hourly_pipeline", "logical_date": hour(2)},
         ],
         env,
+        output=logs,
     )
     assert [r["state"] for r in runs] == ["success"] * 5
     store = _store(s3_client, s3_bucket)
@@ -211,41 +218,13 @@ def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
         hour(1),
     ]
     assert [rows[i]["records"] for i in (1, 2, 3, 4)] == [40, 30, 50, 30]
+    # Every epoch went through spark-submit; run_epoch.py reports it and the hook logs it.
+    for cid, records in ((1, 40), (2, 30), (3, 50), (4, 30)):
+        line = f'{{"checkpoint": {cid}, "attempt": 2, "records": {records}, "master": "local[2]"}}'
+        assert line in logs[0]
     # Checkpoint 4 continued from checkpoint 1's offsets: hour 1 once, not twice.
     assert rows[4]["ranges"] == rows[2]["ranges"]
     expected = Counter()
     for line in lines[: per_hour[0] + per_hour[1]]:
         expected.update(line.split())
     assert read_keyed_state(store, "wordcount_hourly", "word-counts") == dict(expected)
-
-
-def test_spark_submit_mode_runs_the_epoch_with_spark_submit(
-    airflow_home, kafka_bootstrap, s3_endpoint, s3_client, s3_bucket
-):
-    """``MICROCHECKPOINT_SPARK_MODE=submit``: the provider's SparkSubmitOperator runs
-    spark_jobs/run_epoch.py against the master of connection spark_default (local[2])."""
-    topic = f"lines-{uuid.uuid4().hex[:8]}"
-    lines = wordcount.lines_for(50, seed=13)
-    wordcount.produce(kafka_bootstrap, topic, lines)
-    env = {
-        "MICROCHECKPOINT_STORAGE": f"s3://{s3_bucket}/chk",
-        "MICROCHECKPOINT_SPARK_MODE": "submit",
-        "WORDCOUNT_TOPIC": topic,
-    }
-    logs: list[str] = []
-    runs = dag_test(
-        airflow_home,
-        kafka_bootstrap,
-        s3_endpoint,
-        "wordcount.py",
-        [{"dag_id": "wordcount_pipeline"}],
-        env,
-        output=logs,
-    )
-    assert runs[0]["state"] == "success"
-    assert runs[0]["tasks"]["process_epoch"] == "success"
-    # run_epoch.py reports the checkpoint and the master it ran on; the hook logs it.
-    assert '{"checkpoint": 1, "attempt": 2, "records": 50, "master": "local[2]"}' in logs[0]
-    assert "spark-submit" in logs[0]
-    store = _store(s3_client, s3_bucket)
-    assert read_keyed_state(store, "wordcount", "word-counts") == dict(wordcount.expected(lines))
