@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import time
 from collections import Counter
@@ -149,14 +150,26 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             print(f"Airflow UI: {airflow.url}  (login {airflow.username} / {airflow.password})")
             if keep:
                 print("KEEP: Airflow and the services keep running; press Ctrl-C to stop them.")
-                try:
-                    while True:
-                        time.sleep(3600)
-                except KeyboardInterrupt:
-                    pass
+                _wait_for_stop()
             return code
         finally:
             airflow.stop()
+
+
+def _wait_for_stop() -> None:
+    """Sleep until Ctrl-C or SIGTERM (also when started in the background, where the shell
+    makes SIGINT ignored)."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping Airflow and the services", flush=True)
 
 
 def _report(history: dict, counts: dict, truth: Counter, produced: int) -> int:
