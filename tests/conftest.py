@@ -88,3 +88,21 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Quiet kafka-python and py4j before the interpreter shuts down.
+
+    A kafka-python client whose constructor failed (the unreachable-bootstrap test) leaves
+    a daemon IO thread behind that keeps logging refused reconnects. Frozen at shutdown
+    while it holds a logging handler's lock, it would deadlock py4j's ``__del__``, which
+    logs as it closes its gateway connections: the suite would hang after its summary.
+    """
+    import logging
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in ("kafka", "py4j"):
+            logging.getLogger(name).disabled = True
+    for name in ("kafka", "py4j"):
+        logging.getLogger(name).disabled = True
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
