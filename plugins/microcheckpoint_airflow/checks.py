@@ -72,7 +72,7 @@ def check_concurrency(coord: CheckpointCoordinator, cid: CheckpointId | None) ->
 
 
 def _deadline_passed(coord: CheckpointCoordinator, cid: CheckpointId) -> bool:
-    age_ms = coord._now_ms() - coord.view().trigger_time_ms(cid)
+    age_ms = int(coord.clock() * 1000) - coord.view().trigger_time_ms(cid)
     return age_ms > coord.config.timeout * 1000
 
 
