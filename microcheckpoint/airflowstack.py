@@ -199,6 +199,9 @@ def airflow_environment(
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+        # Free ports for the log servers too, so two stacks (a demo, the tests) can coexist.
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW_CONN_MICROCHECKPOINT_STORAGE": json.dumps(storage_conn),
         "AIRFLOW_CONN_MICROCHECKPOINT_KAFKA": json.dumps(
             {"conn_type": "generic", "extra": {"bootstrap.servers": kafka_bootstrap}}
