@@ -42,20 +42,29 @@ class AirflowClient:
         self._token: str | None = None
 
     def _call(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        """One API call. A 503 for a locked SQLite database (the scheduler was writing; the
+        request changed nothing) is retried for up to a minute."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base_url + path, data=data, method=method, headers=headers
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:500]
-            raise ServiceError(f"Airflow {method} {path} answered {exc.code}: {detail}") from exc
-        return json.loads(raw) if raw else None
+        deadline = time.monotonic() + 60
+        while True:
+            request = urllib.request.Request(
+                self.base_url + path, data=data, method=method, headers=headers
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    raw = response.read()
+                return json.loads(raw) if raw else None
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:500]
+                locked = exc.code == 503 and "database is locked" in detail.lower()
+                if not locked or time.monotonic() > deadline:
+                    raise ServiceError(
+                        f"Airflow {method} {path} answered {exc.code}: {detail}"
+                    ) from exc
+            time.sleep(1)
 
     def token(self) -> str:
         if self._token is None:
