@@ -92,17 +92,9 @@ def test_at_least_once_replay_duplicates_only_the_replayed_part(tmp_path):
 
 
 def _produce(bootstrap, topic, lines):
-    from kafka import KafkaProducer
+    from examples.wordcount import produce
 
-    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-
-    with KafkaOffsets(bootstrap) as kafka:
-        kafka.create_topic(topic, 2)
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for i, line in enumerate(lines):
-        producer.send(topic, value=line.encode(), partition=i % 2)
-    producer.flush()
-    producer.close()
+    produce(bootstrap, topic, lines)
 
 
 def _env(topic, target, name, **extra):

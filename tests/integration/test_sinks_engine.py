@@ -35,16 +35,10 @@ TRUTH = Counter(w for line in LINES for w in line.split())
 
 
 def _topic(bootstrap):
-    from kafka import KafkaProducer
+    from examples.wordcount import produce
 
     topic = f"sinks-{uuid.uuid4().hex[:8]}"
-    with KafkaOffsets(bootstrap) as kafka:
-        kafka.create_topic(topic, 2)
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for i, line in enumerate(LINES):
-        producer.send(topic, value=line.encode(), partition=i % 2)
-    producer.flush()
-    producer.close()
+    produce(bootstrap, topic, LINES)
     return topic
 
 
