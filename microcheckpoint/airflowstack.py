@@ -147,7 +147,15 @@ class AirflowClient:
             "max_active_runs": 1,
             "reprocess_behavior": reprocess,
         }
-        return self._call("POST", "/api/v2/backfills", body)
+        # The scheduler marks a backfill finished a little after its last run: wait for that.
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                return self._call("POST", "/api/v2/backfills", body)
+            except ServiceError as exc:
+                if "already a running backfill" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(2)
 
 
 @dataclass
