@@ -11,15 +11,18 @@ An edge module: no Airflow import here (Airflow runs in its own processes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import sqlite3
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,10 @@ from microcheckpoint.errors import ServiceError
 __all__ = ["AirflowClient", "AirflowStack", "airflow_environment", "start_airflow"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Connect arguments of every Airflow process's SQLite connections (imported by Airflow
+# through ``[database] sql_alchemy_connect_args``): wait up to 30 s for a busy database.
+SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 30.0}
+SQLITE_CONNECT_ARGS_ASYNC: dict[str, Any] = {"timeout": 30.0}
 TERMINAL = {"success", "failed"}
 
 
@@ -42,8 +49,9 @@ class AirflowClient:
         self._token: str | None = None
 
     def _call(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
-        """One API call. A 503 for a locked SQLite database (the scheduler was writing; the
-        request changed nothing) is retried for up to a minute."""
+        """One API call. An answer that a locked SQLite database refused (503, or 500 where
+        the error surfaced outside the route's own handling; the scheduler was writing and
+        the request's transaction was rolled back) is retried for up to a minute."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
@@ -58,11 +66,10 @@ class AirflowClient:
                     raw = response.read()
                 return json.loads(raw) if raw else None
             except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")[:500]
-                locked = exc.code == 503 and "database is locked" in detail.lower()
-                if not locked or time.monotonic() > deadline:
+                detail = exc.read().decode(errors="replace")
+                if not _locked(exc.code, detail) or time.monotonic() > deadline:
                     raise ServiceError(
-                        f"Airflow {method} {path} answered {exc.code}: {detail}"
+                        f"Airflow {method} {path} answered {exc.code}: {detail[:2000]}"
                     ) from exc
             time.sleep(1)
 
@@ -147,15 +154,33 @@ class AirflowClient:
             "max_active_runs": 1,
             "reprocess_behavior": reprocess,
         }
-        # The scheduler marks a backfill finished a little after its last run: wait for that.
-        deadline = time.monotonic() + 120
+        # The scheduler marks a backfill finished a little after its last run, and an
+        # orphan left by a refused creation two minutes after it was made: wait for that.
+        # A creation that answered an error may still have been stored; look before retrying.
+        known = {b["id"] for b in self.backfills(dag_id)}
+        deadline = time.monotonic() + 180
         while True:
             try:
                 return self._call("POST", "/api/v2/backfills", body)
             except ServiceError as exc:
+                made = [
+                    b
+                    for b in self.backfills(dag_id)
+                    if b["id"] not in known
+                    and _same_instant(b["from_date"], from_date)
+                    and _same_instant(b["to_date"], to_date)
+                    and b.get("completed_at") is None
+                ]
+                if made:
+                    return made[-1]
                 if "already a running backfill" not in str(exc) or time.monotonic() > deadline:
                     raise
             time.sleep(2)
+
+    def backfills(self, dag_id: str) -> list[dict[str, Any]]:
+        return self.get(f"/api/v2/backfills?dag_id={urllib.parse.quote(dag_id)}&limit=100")[
+            "backfills"
+        ]
 
 
 @dataclass
@@ -212,6 +237,11 @@ def airflow_environment(
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        # SQLite serialises writers: wait for the lock instead of failing after 5 s.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS_ASYNC",
+        # A local stack: an API error shows its database cause instead of a lookup id.
+        "AIRFLOW__API__EXPOSE_STACKTRACE": "True",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
@@ -244,6 +274,24 @@ def airflow_environment(
     return env
 
 
+def _wal_database(path: Path) -> None:
+    """Create the metadata database in write-ahead-log mode (the mode is stored in the file):
+    the scheduler's reads then no longer hold off the API server's writes."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+
+
+def _locked(status: int, detail: str) -> bool:
+    return status in (500, 503) and "database is locked" in detail.lower()
+
+
+def _same_instant(stamp: str | None, other: str) -> bool:
+    if not stamp:
+        return False
+    parse = datetime.fromisoformat
+    return parse(stamp.replace("Z", "+00:00")) == parse(other.replace("Z", "+00:00"))
+
+
 def _healthy(client: AirflowClient) -> bool:
     try:
         request = urllib.request.Request(client.base_url + "/api/v2/monitor/health")
@@ -264,6 +312,7 @@ def start_airflow(
 ) -> AirflowStack:
     """Start ``airflow standalone`` in ``home``; returns when all components are healthy."""
     home.mkdir(parents=True, exist_ok=True)
+    _wal_database(home / "airflow.db")
     port = free_port()
     password = secrets.token_urlsafe(12)
     (home / "passwords.json").write_text(json.dumps({"admin": password}))
