@@ -29,7 +29,7 @@ from typing import Any
 from microcheckpoint.devstack import S3Endpoint, Service, _spawn, free_port
 from microcheckpoint.errors import ServiceError
 
-__all__ = ["AirflowClient", "AirflowStack", "airflow_environment", "start_airflow"]
+__all__ = ["AirflowClient", "ApiError", "AirflowStack", "airflow_environment", "start_airflow"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Connect arguments of every Airflow process's SQLite connections (imported by Airflow
@@ -37,6 +37,15 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 30.0}
 SQLITE_CONNECT_ARGS_ASYNC: dict[str, Any] = {"timeout": 30.0}
 TERMINAL = {"success", "failed"}
+
+
+class ApiError(ServiceError):
+    """The API server answered an HTTP error; ``status`` and ``detail`` are its answer."""
+
+    def __init__(self, message: str, status: int, detail: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
 
 
 class AirflowClient:
@@ -48,10 +57,12 @@ class AirflowClient:
         self.password = password
         self._token: str | None = None
 
-    def _call(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
-        """One API call. An answer that a locked SQLite database refused (503, or 500 where
-        the error surfaced outside the route's own handling; the scheduler was writing and
-        the request's transaction was rolled back) is retried for up to a minute."""
+    def _call(
+        self, method: str, path: str, body: Any = None, auth: bool = True, retry: bool = True
+    ) -> Any:
+        """One API call. A call that a locked SQLite database refused (503, or 500 where the
+        error surfaced outside the route's own handling; the scheduler was writing) is retried
+        for up to a minute, unless ``retry`` is false."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
@@ -67,9 +78,11 @@ class AirflowClient:
                 return json.loads(raw) if raw else None
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode(errors="replace")
-                if not _locked(exc.code, detail) or time.monotonic() > deadline:
-                    raise ServiceError(
-                        f"Airflow {method} {path} answered {exc.code}: {detail[:2000]}"
+                if not (retry and _locked(exc.code, detail)) or time.monotonic() > deadline:
+                    raise ApiError(
+                        f"Airflow {method} {path} answered {exc.code}: {detail[:2000]}",
+                        exc.code,
+                        detail,
                     ) from exc
             time.sleep(1)
 
@@ -161,19 +174,19 @@ class AirflowClient:
         deadline = time.monotonic() + 180
         while True:
             try:
-                return self._call("POST", "/api/v2/backfills", body)
-            except ServiceError as exc:
+                return self._call("POST", "/api/v2/backfills", body, retry=False)
+            except ApiError as exc:
                 made = [
                     b
                     for b in self.backfills(dag_id)
                     if b["id"] not in known
                     and _same_instant(b["from_date"], from_date)
                     and _same_instant(b["to_date"], to_date)
-                    and b.get("completed_at") is None
                 ]
                 if made:
                     return made[-1]
-                if "already a running backfill" not in str(exc) or time.monotonic() > deadline:
+                wait = "already a running backfill" in exc.detail or _locked(exc.status, exc.detail)
+                if not wait or time.monotonic() > deadline:
                     raise
             time.sleep(2)
 
