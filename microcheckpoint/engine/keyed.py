@@ -66,15 +66,20 @@ def crash_point(name: str, crash_at: str | None, driver_pid: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def slow_point(flag: str | None) -> None:
+def slow_point(flag: str | None, pipeline: str) -> None:
     """Fault injection for tests: sleep once for the seconds written in file ``flag``.
 
-    The file is removed before sleeping, so only one epoch (the first to see it) is slow.
+    The file holds ``<seconds>`` (any pipeline) or ``<pipeline> <seconds>`` (only that
+    one: other pipelines sharing the environment pass by). It is removed before sleeping,
+    so only one epoch (the first to see it) is slow.
     """
     if not flag:
         return
     try:
-        seconds = float(Path(flag).read_text().strip() or 0)
+        words = Path(flag).read_text().split()
+        if len(words) == 2 and words[0] != pipeline:
+            return
+        seconds = float(words[-1]) if words else 0.0
         os.remove(flag)
     except (FileNotFoundError, ValueError):
         return

@@ -204,7 +204,7 @@ def run_epoch(
     outputs = [r.asDict(recursive=True) for r in df.collect()] if collect else None
     if not collect and not (pipeline.stages and isinstance(pipeline.stages[-1], Sink)):
         df.count()
-    slow_point(os.environ.get("MICROCHECKPOINT_SLOW_ONCE"))
+    slow_point(os.environ.get("MICROCHECKPOINT_SLOW_ONCE"), pipeline.name)
     # Step 5: the source's operator state is the barrier's ends.
     offsets = {str(tp): end for tp, end in barrier.ends.items()}
     coordinator.acknowledge(cid, Ack(TaskId.of(pipeline.source.uid, 0), attempt, (), offsets))
