@@ -32,10 +32,6 @@ from microcheckpoint.errors import ServiceError
 __all__ = ["AirflowClient", "ApiError", "AirflowStack", "airflow_environment", "start_airflow"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# Connect arguments of every Airflow process's SQLite connections (imported by Airflow
-# through ``[database] sql_alchemy_connect_args``): wait up to 30 s for a busy database.
-SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 30.0}
-SQLITE_CONNECT_ARGS_ASYNC: dict[str, Any] = {"timeout": 30.0}
 TERMINAL = {"success", "failed"}
 
 
@@ -60,9 +56,13 @@ class AirflowClient:
     def _call(
         self, method: str, path: str, body: Any = None, auth: bool = True, retry: bool = True
     ) -> Any:
-        """One API call. A call that a locked SQLite database refused (503, or 500 where the
-        error surfaced outside the route's own handling; the scheduler was writing) is retried
-        for up to a minute, unless ``retry`` is false."""
+        """One API call. A call that a locked SQLite database refused is retried for up to a
+        minute, unless ``retry`` is false.
+
+        The API server writes its audit record on its event loop before the route runs; when
+        another request holds SQLite's write lock and needs that loop to commit, the audit
+        write waits out SQLite's 5 s busy timeout and the call fails with 500 (or 503 from
+        the backfill route) "database is locked". Nothing of the call was stored then."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
@@ -250,9 +250,6 @@ def airflow_environment(
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-        # SQLite serialises writers: wait for the lock instead of failing after 5 s.
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS_ASYNC",
         # A local stack: an API error shows its database cause instead of a lookup id.
         "AIRFLOW__API__EXPOSE_STACKTRACE": "True",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",

@@ -301,7 +301,7 @@ def test_stored_timestamps_prove_min_pause_and_max_concurrent(world: World):
         (r for r in world.rows().values() if "trigger_time_ms" in r and "end_time_ms" in r),
         key=lambda r: r["id"],
     )
-    assert len(rows) >= 6
+    assert len(rows) >= 5  # two epochs, the expired one, its re-read, one after restore
     completed = [r for r in rows if r["status"] == "COMPLETED"]
     for earlier, later in itertools.pairwise(rows):
         # max_concurrent = 1 (min_pause > 0 forces it): no two checkpoints overlap.
