@@ -67,6 +67,11 @@ class SparkSubmit:
     driver_memory: str | None = None
 
 
+# Pausing and unpausing go through Airflow's REST API, which may briefly refuse a call (an API
+# server restarting, a busy metadata database); the call is idempotent, so try it again.
+API_RETRY: dict[str, Any] = {"retries": 3, "retry_delay": timedelta(seconds=5)}
+
+
 def _pipeline_dag(spec: PipelineSpec, spark: LocalSpark | SparkSubmit, common: dict) -> DAG:
     config = spec.config
     timeout_s = config.timeout
@@ -195,7 +200,7 @@ def _savepoint_dag(spec: PipelineSpec, common: dict) -> DAG:
             task_id="take_savepoint", spec=spec, target="{{ params.target }}"
         )
         pause = SetPausedOperator(
-            task_id="pause_pipeline", spec=spec, paused=True, when="{{ params.stop }}"
+            task_id="pause_pipeline", spec=spec, paused=True, when="{{ params.stop }}", **API_RETRY
         )
         suspend >> quiet >> savepoint >> pause
     return dag
@@ -265,7 +270,11 @@ def _restore_dag(spec: PipelineSpec, common: dict) -> DAG:
         quiet = QuietSensor(task_id="await_in_flight", spec=spec, timeout=spec.config.timeout + 60)
         rebase = RestoreOperator(task_id="restore", spec=spec, **request)
         resume = SetPausedOperator(
-            task_id="resume_pipeline", spec=spec, paused=False, when="{{ params.resume }}"
+            task_id="resume_pipeline",
+            spec=spec,
+            paused=False,
+            when="{{ params.resume }}",
+            **API_RETRY,
         )
         validate >> suspend >> quiet >> rebase >> resume
     return dag

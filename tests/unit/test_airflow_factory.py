@@ -245,6 +245,8 @@ def test_savepoint_dag() -> None:
     assert (dag.schedule, dag.max_active_runs, dag.is_paused_upon_creation) == (None, 1, False)
     assert dag.get_task("take_savepoint").target == "{{ params.target }}"
     assert dag.get_task("pause_pipeline").paused is True
+    pause = dag.get_task("pause_pipeline")
+    assert (pause.retries, pause.retry_delay) == (3, timedelta(seconds=5))
 
 
 def test_restore_dag() -> None:
@@ -273,6 +275,8 @@ def test_restore_dag() -> None:
     )
     assert (dag.schedule, dag.max_active_runs, dag.is_paused_upon_creation) == (None, 1, False)
     assert dag.get_task("resume_pipeline").paused is False
+    resume = dag.get_task("resume_pipeline")
+    assert (resume.retries, resume.retry_delay) == (3, timedelta(seconds=5))
 
 
 # ---- the DAG files, imported with the edge packages refused ---------------------------------
