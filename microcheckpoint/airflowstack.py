@@ -33,6 +33,7 @@ __all__ = ["AirflowClient", "ApiError", "AirflowStack", "airflow_environment", "
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = {"success", "failed"}
+BACKFILL_REQUEST = "microcheckpoint_backfill_request"  # conf key tagging a creation's runs
 
 
 class ApiError(ServiceError):
@@ -46,6 +47,8 @@ class ApiError(ServiceError):
 
 class AirflowClient:
     """REST API v2 with a bearer token from the simple auth manager."""
+
+    retry_pause_s = 1.0  # between retries of a refused call
 
     def __init__(self, base_url: str, username: str, password: str) -> None:
         self.base_url = base_url.rstrip("/")
@@ -84,7 +87,7 @@ class AirflowClient:
                         exc.code,
                         detail,
                     ) from exc
-            time.sleep(1)
+            time.sleep(self.retry_pause_s)
 
     def token(self) -> str:
         if self._token is None:
@@ -159,7 +162,17 @@ class AirflowClient:
 
     def backfill(
         self, dag_id: str, from_date: str, to_date: str, reprocess: str = "none"
-    ) -> dict[str, Any]:
+    ) -> list[dict[str, Any]]:
+        """Create a backfill as the UI's Backfill form does; returns the backfills made (one,
+        unless a creation had to be completed by another).
+
+        On SQLite, Airflow 3.3 commits a new backfill before it creates its runs, and a lock
+        met while creating them answers 503 after its best-effort cleanup, which may itself
+        fail: the backfill then stays with only some of its runs. So the logical dates are
+        asked first (dry run), each creation tags its runs' conf with a request id, and after
+        an error the runs that were stored are looked up by that id, and once that partial
+        backfill has finished the dates it lacks get a backfill of their own. A creation is
+        never sent again blindly, so no interval runs twice, and they run in order."""
         body = {
             "dag_id": dag_id,
             "from_date": from_date,
@@ -167,28 +180,47 @@ class AirflowClient:
             "max_active_runs": 1,
             "reprocess_behavior": reprocess,
         }
-        # The scheduler marks a backfill finished a little after its last run, and an
-        # orphan left by a refused creation two minutes after it was made: wait for that.
-        # A creation that answered an error may still have been stored; look before retrying.
-        known = {b["id"] for b in self.backfills(dag_id)}
+        dry = self._call("POST", "/api/v2/backfills/dry_run", body)["backfills"]
+        remaining = sorted(_instant(b["logical_date"]) for b in dry)
+        made: list[dict[str, Any]] = []
+        # Airflow allows one unfinished backfill per DAG. The scheduler marks one finished a
+        # little after its last run, and an orphan two minutes after it was made: wait.
         deadline = time.monotonic() + 180
-        while True:
+        while remaining:
+            request = secrets.token_hex(8)
+            part = {
+                **body,
+                "from_date": remaining[0].isoformat(),
+                "to_date": remaining[-1].isoformat(),
+                "dag_run_conf": {BACKFILL_REQUEST: request},
+            }
+            known = {b["id"] for b in self.backfills(dag_id)}
             try:
-                return self._call("POST", "/api/v2/backfills", body, retry=False)
+                made.append(self._call("POST", "/api/v2/backfills", part, retry=False))
+                return made
             except ApiError as exc:
-                made = [
-                    b
-                    for b in self.backfills(dag_id)
-                    if b["id"] not in known
-                    and _same_instant(b["from_date"], from_date)
-                    and _same_instant(b["to_date"], to_date)
-                ]
-                if made:
-                    return made[-1]
+                stored = [b for b in self.backfills(dag_id) if b["id"] not in known]
+                if stored:
+                    covered = self._backfill_dates(dag_id, request)
+                    made.append(stored[-1])
+                    remaining = [d for d in remaining if d not in covered]
+                    deadline = time.monotonic() + 180
+                    continue
                 wait = "already a running backfill" in exc.detail or _locked(exc.status, exc.detail)
                 if not wait or time.monotonic() > deadline:
                     raise
-            time.sleep(2)
+            time.sleep(2 * self.retry_pause_s)
+        return made
+
+    def _backfill_dates(self, dag_id: str, request: str) -> set[datetime]:
+        """The logical dates of the runs a backfill creation tagged with ``request``."""
+        query = urllib.parse.urlencode({"run_type": "backfill", "limit": 100, "order_by": "-id"})
+        runs = self.get(f"/api/v2/dags/{dag_id}/dagRuns?{query}")["dag_runs"]
+        return {
+            _instant(run["logical_date"])
+            for run in runs
+            if (run.get("conf") or {}).get(BACKFILL_REQUEST) == request
+        }
 
     def backfills(self, dag_id: str) -> list[dict[str, Any]]:
         return self.get(f"/api/v2/backfills?dag_id={urllib.parse.quote(dag_id)}&limit=100")[
@@ -295,11 +327,8 @@ def _locked(status: int, detail: str) -> bool:
     return status in (500, 503) and "database is locked" in detail.lower()
 
 
-def _same_instant(stamp: str | None, other: str) -> bool:
-    if not stamp:
-        return False
-    parse = datetime.fromisoformat
-    return parse(stamp.replace("Z", "+00:00")) == parse(other.replace("Z", "+00:00"))
+def _instant(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 def _healthy(client: AirflowClient) -> bool:

@@ -1,39 +1,63 @@
-"""The test harness's REST client against a small HTTP server that answers as Airflow's
-API server did on SQLite: calls refused for a locked database, and a backfill creation that
-answered an error although it was stored."""
+"""The test harness's REST client against a small HTTP server that answers as Airflow 3.3's
+API server did on SQLite: calls refused for a locked database, a backfill creation that
+answered an error although it was stored, and one that was stored with only some of its
+runs (Airflow commits the backfill before its runs, and its cleanup after a lock is
+best-effort)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import urllib.parse
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from microcheckpoint.airflowstack import AirflowClient
+from microcheckpoint.airflowstack import BACKFILL_REQUEST, AirflowClient
 from microcheckpoint.errors import ServiceError
 
 FROM, TO = "2026-03-01T01:00:00+00:00", "2026-03-01T02:00:00+00:00"
+HOURS = ["2026-03-01T01:00:00Z", "2026-03-01T02:00:00Z"]
 LOCKED_500 = (500, {"detail": {"reason": "Database error", "orig_error": "database is locked"}})
 LOCKED_503 = (503, {"detail": "Database is locked. Backfill creation is not supported"})
 RUNNING_409 = (409, {"detail": "There is already a running backfill for dag d"})
 BROKEN_500 = (500, {"detail": {"reason": "Database error", "orig_error": "no such column"}})
+ALL = -1  # a creation stored with all of its runs
+
+
+def _parse(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 class FakeAirflow:
-    """Answers POST /api/v2/backfills from a script: (status, body, stored?) per call."""
+    """An hourly DAG. POST /api/v2/backfills follows a script of (error or None, runs
+    stored: None for nothing, ALL, or how many of its first runs); while a stored backfill
+    is unfinished, creations answer 409, and the first 409 finishes it (as the scheduler
+    does once its runs are done)."""
 
-    def __init__(self, script: list[tuple[tuple[int, dict] | None, bool]]) -> None:
+    def __init__(self, script: list[tuple[tuple[int, dict] | None, int | None]]) -> None:
         self.script = list(script)
-        self.posts = 0
+        self.posts: list[dict] = []
         self.stored: list[dict] = [{"id": 1, "from_date": FROM, "to_date": TO, "completed_at": "x"}]
+        self.runs: list[dict] = []  # one per run a backfill created, with its conf
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     @property
     def client(self) -> AirflowClient:
-        return AirflowClient(f"http://127.0.0.1:{self.server.server_port}", "admin", "pw")
+        client = AirflowClient(f"http://127.0.0.1:{self.server.server_port}", "admin", "pw")
+        client.retry_pause_s = 0.01
+        return client
+
+    def hours(self, body: dict) -> list[str]:
+        start, end = _parse(body["from_date"]), _parse(body["to_date"])
+        count = int((end - start) / timedelta(hours=1)) + 1
+        return [(start + timedelta(hours=h)).isoformat() for h in range(count)]
+
+    def replayed(self) -> list[datetime]:
+        return sorted(_parse(r["logical_date"]) for r in self.runs)
 
     def _handler(self):
         fake = self
@@ -51,6 +75,12 @@ class FakeAirflow:
                 self.wfile.write(raw)
 
             def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                if url.path.endswith("/dagRuns"):
+                    query = urllib.parse.parse_qs(url.query)
+                    assert query["run_type"] == ["backfill"]
+                    self._send(200, {"dag_runs": fake.runs, "total_entries": len(fake.runs)})
+                    return
                 self._send(200, {"backfills": fake.stored, "total_entries": len(fake.stored)})
 
             def do_POST(self) -> None:
@@ -58,16 +88,29 @@ class FakeAirflow:
                 if self.path == "/auth/token":
                     self._send(201, {"access_token": "t"})
                     return
-                fake.posts += 1
-                error, store = fake.script.pop(0)
+                if self.path.endswith("/dry_run"):
+                    dates = [{"logical_date": h} for h in fake.hours(body)]
+                    self._send(200, {"backfills": dates, "total_entries": len(dates)})
+                    return
+                fake.posts.append(body)
+                running = [b for b in fake.stored if b["completed_at"] is None]
+                if running:
+                    for b in running:
+                        b["completed_at"] = "done"
+                    self._send(*RUNNING_409)
+                    return
+                error, stored = fake.script.pop(0)
                 made = {
                     "id": len(fake.stored) + 1,
-                    "from_date": body["from_date"].replace("+00:00", "Z"),
-                    "to_date": body["to_date"].replace("+00:00", "Z"),
+                    "from_date": body["from_date"],
+                    "to_date": body["to_date"],
                     "completed_at": None,
                 }
-                if store:
+                if stored is not None:
                     fake.stored.append(made)
+                    hours = fake.hours(body)
+                    for hour in hours if stored == ALL else hours[:stored]:
+                        fake.runs.append({"logical_date": hour, "conf": body["dag_run_conf"]})
                 self._send(*(error or (200, made)))
 
         return Handler
@@ -84,31 +127,56 @@ def fake(request) -> Iterator[FakeAirflow]:
     server.close()
 
 
-@pytest.mark.parametrize("fake", [[(LOCKED_500, True)]], indirect=True)
-def test_a_creation_that_answered_an_error_but_was_stored_is_not_made_again(fake) -> None:
+@pytest.mark.parametrize("fake", [[(LOCKED_500, ALL)]], indirect=True)
+def test_a_creation_that_answered_an_error_but_was_stored_whole_is_not_made_again(fake) -> None:
     made = fake.client.backfill("d", FROM, TO, reprocess="completed")
-    assert (made["id"], fake.posts) == (2, 1)
-    assert len(fake.stored) == 2
+    assert ([b["id"] for b in made], len(fake.posts)) == ([2], 1)
+    assert fake.replayed() == [_parse(h) for h in HOURS]
+    assert fake.posts[0]["reprocess_behavior"] == "completed"
+
+
+@pytest.mark.parametrize("fake", [[(LOCKED_503, 1), (None, ALL)]], indirect=True)
+def test_a_creation_stored_with_part_of_its_runs_is_completed_by_another(fake) -> None:
+    made = fake.client.backfill("d", FROM, TO, reprocess="completed")
+    assert [b["id"] for b in made] == [2, 3]
+    # Each hour runs exactly once, in order: the second backfill waited for the first.
+    assert fake.replayed() == [_parse(h) for h in HOURS]
+    first, waited, rest = fake.posts
+    assert (_parse(first["from_date"]), _parse(first["to_date"])) == (_parse(FROM), _parse(TO))
+    assert (_parse(rest["from_date"]), _parse(rest["to_date"])) == (_parse(HOURS[1]),) * 2
+    assert (waited["from_date"], waited["to_date"]) == (rest["from_date"], rest["to_date"])
+    assert rest["reprocess_behavior"] == "completed"
+    # Every creation tags its runs anew: the first's runs are not taken for the second's.
+    assert len({p["dag_run_conf"][BACKFILL_REQUEST] for p in fake.posts}) == 3
+
+
+@pytest.mark.parametrize("fake", [[(LOCKED_503, 0), (None, ALL)]], indirect=True)
+def test_a_creation_stored_without_runs_is_made_again_once_it_is_finished(fake) -> None:
+    made = fake.client.backfill("d", FROM, TO)
+    assert [b["id"] for b in made] == [2, 3]
+    assert fake.replayed() == [_parse(h) for h in HOURS]
+    assert [_parse(p["from_date"]) for p in fake.posts] == [_parse(FROM)] * 3
 
 
 @pytest.mark.parametrize(
     "fake",
     [
-        [(LOCKED_503, False), (None, True)],
-        [(LOCKED_500, False), (None, True)],
-        [(RUNNING_409, False), (RUNNING_409, False), (None, True)],
+        [(LOCKED_503, None), (None, ALL)],
+        [(LOCKED_500, None), (None, ALL)],
+        [(RUNNING_409, None), (RUNNING_409, None), (None, ALL)],
     ],
     indirect=True,
 )
 def test_a_refused_creation_that_stored_nothing_is_retried_once_stored(fake) -> None:
     made = fake.client.backfill("d", FROM, TO)
-    assert made["id"] == 2
+    assert [b["id"] for b in made] == [2]
     assert fake.script == []  # every refusal was retried, and the success taken
     assert [b["id"] for b in fake.stored] == [1, 2]
+    assert fake.replayed() == [_parse(h) for h in HOURS]
 
 
-@pytest.mark.parametrize("fake", [[(BROKEN_500, False)]], indirect=True)
+@pytest.mark.parametrize("fake", [[(BROKEN_500, None)]], indirect=True)
 def test_another_database_error_is_raised_with_its_cause(fake) -> None:
     with pytest.raises(ServiceError, match=r"answered 500: .*no such column"):
         fake.client.backfill("d", FROM, TO)
-    assert (fake.posts, len(fake.stored)) == (1, 1)
+    assert (len(fake.posts), len(fake.stored), fake.runs) == (1, 1, [])
