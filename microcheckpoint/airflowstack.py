@@ -182,6 +182,12 @@ class AirflowClient:
         }
         dry = self._call("POST", "/api/v2/backfills/dry_run", body)["backfills"]
         remaining = sorted(_instant(b["logical_date"]) for b in dry)
+        if not remaining:
+            raise ServiceError(
+                f"no run to backfill for {dag_id} from {from_date} to {to_date} with reprocess "
+                f"behavior {reprocess!r}: pick dates within the DAG's schedule, or reprocess "
+                "'completed' to run finished intervals again"
+            )
         made: list[dict[str, Any]] = []
         # Airflow allows one unfinished backfill per DAG. The scheduler marks one finished a
         # little after its last run, and an orphan two minutes after it was made: wait.

@@ -180,3 +180,12 @@ def test_another_database_error_is_raised_with_its_cause(fake) -> None:
     with pytest.raises(ServiceError, match=r"answered 500: .*no such column"):
         fake.client.backfill("d", FROM, TO)
     assert (len(fake.posts), len(fake.stored), fake.runs) == (1, 1, [])
+
+
+@pytest.mark.parametrize("fake", [[]], indirect=True)
+def test_a_range_without_runs_is_refused_before_any_creation(fake) -> None:
+    with pytest.raises(
+        ServiceError, match=r"no run to backfill for d from .* reprocess behavior 'none'"
+    ):
+        fake.client.backfill("d", TO, FROM)
+    assert (fake.posts, len(fake.stored)) == ([], 1)
