@@ -12,13 +12,14 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from microcheckpoint.errors import ConfigError
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
+from tests.unit.jsonhttp import JsonHandler
 
 STORAGE_ENV = "AIRFLOW_CONN_MICROCHECKPOINT_STORAGE"
 KAFKA_ENV = "AIRFLOW_CONN_MICROCHECKPOINT_KAFKA"
@@ -160,42 +161,28 @@ class FakeApi:
             target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[JsonHandler]:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _body(self) -> dict[str, Any]:
-                return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-
+        class Handler(JsonHandler):
             def do_POST(self) -> None:
-                body = self._body()
+                body = self.body()
                 api.requests.append(("POST", self.path, body))
                 if self.path != "/auth/token":
-                    return self._answer(404, {"detail": "Not Found"})
+                    return self.answer(404, {"detail": "Not Found"})
                 if body != {"username": "admin", "password": "pw"}:
-                    return self._answer(401, {"detail": "Invalid credentials"})
-                return self._answer(201, {"access_token": "t"})
+                    return self.answer(401, {"detail": "Invalid credentials"})
+                return self.answer(201, {"access_token": "t"})
 
             def do_PATCH(self) -> None:
-                body = self._body()
+                body = self.body()
                 api.requests.append(("PATCH", self.path, body))
                 if self.headers.get("Authorization") != "Bearer t":
-                    return self._answer(401, {"detail": "Not authenticated"})
+                    return self.answer(401, {"detail": "Not authenticated"})
                 if not self.path.startswith("/api/v2/dags/"):
-                    return self._answer(404, {"detail": "Not Found"})
+                    return self.answer(404, {"detail": "Not Found"})
                 dag_id = self.path.rsplit("/", 1)[1]
-                return self._answer(200, {"dag_id": dag_id, **body})
+                return self.answer(200, {"dag_id": dag_id, **body})
 
         return Handler
 

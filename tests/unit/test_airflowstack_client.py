@@ -6,17 +6,17 @@ best-effort)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import urllib.parse
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from microcheckpoint.airflowstack import BACKFILL_REQUEST, AirflowClient
 from microcheckpoint.errors import ServiceError
+from tests.unit.jsonhttp import JsonHandler
 
 FROM, TO = "2026-03-01T01:00:00+00:00", "2026-03-01T02:00:00+00:00"
 HOURS = ["2026-03-01T01:00:00Z", "2026-03-01T02:00:00Z"]
@@ -62,42 +62,31 @@ class FakeAirflow:
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _send(self, status: int, body: dict) -> None:
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
                 if url.path.endswith("/dagRuns"):
                     query = urllib.parse.parse_qs(url.query)
                     assert query["run_type"] == ["backfill"]
-                    self._send(200, {"dag_runs": fake.runs, "total_entries": len(fake.runs)})
+                    self.answer(200, {"dag_runs": fake.runs, "total_entries": len(fake.runs)})
                     return
-                self._send(200, {"backfills": fake.stored, "total_entries": len(fake.stored)})
+                self.answer(200, {"backfills": fake.stored, "total_entries": len(fake.stored)})
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.body()
                 if self.path == "/auth/token":
-                    self._send(201, {"access_token": "t"})
+                    self.answer(201, {"access_token": "t"})
                     return
                 if self.path.endswith("/dry_run"):
                     dates = [{"logical_date": h} for h in fake.hours(body)]
-                    self._send(200, {"backfills": dates, "total_entries": len(dates)})
+                    self.answer(200, {"backfills": dates, "total_entries": len(dates)})
                     return
                 fake.posts.append(body)
                 running = [b for b in fake.stored if b["completed_at"] is None]
                 if running:
                     for b in running:
                         b["completed_at"] = "done"
-                    self._send(*RUNNING_409)
+                    self.answer(*RUNNING_409)
                     return
                 error, stored = fake.script.pop(0)
                 made = {
@@ -111,7 +100,7 @@ class FakeAirflow:
                     hours = fake.hours(body)
                     for hour in hours if stored == ALL else hours[:stored]:
                         fake.runs.append({"logical_date": hour, "conf": body["dag_run_conf"]})
-                self._send(*(error or (200, made)))
+                self.answer(*(error or (200, made)))
 
         return Handler
 
