@@ -23,11 +23,11 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 # The pipeline through Airflow's scheduler; `make demo KEEP=1` leaves it running.
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" $(PY) -m microcheckpoint.demo
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" $(PY) -m harness.demo
 
 # The engine alone (no Airflow): Spark epochs with a kill -9 of one epoch's job.
 demo-engine: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m microcheckpoint.demo_engine
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m harness.demo_engine
 
 test: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest --durations=25 $(PYTEST_ARGS)

@@ -1,7 +1,7 @@
 """Bytes written per checkpoint: a full snapshot vs an incremental epoch touching 1% of keys.
 
 A keyed running count over ``--keys`` keys (default 20k), run through the real engine
-(Tansu via ``devstack``, Spark ``local[2]``, ``run_cycle``, file checkpoint storage):
+(Tansu via ``harness.services``, Spark ``local[2]``, ``run_cycle``, file checkpoint storage):
 
 1. epoch 1: one record per key, so every key gets state (the full snapshot);
 2. epoch 2: 1% of the keys, drawn at random;
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import table, write_results
-from microcheckpoint import devstack
+from harness import services
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.keygroups import key_group_for
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     epochs = [("full", keys), ("random 1%", random_keys), ("clustered 1%", clustered_keys)]
 
     log_dir = Path(tempfile.mkdtemp(prefix="bench-bytes-"))
-    tansu = devstack.start_tansu(log_dir)
+    tansu = services.start_tansu(log_dir)
     spark = local_spark("local[2]")
     results: dict[str, Any] = {"keys": args.keys, "touched_per_epoch": touched, "backends": {}}
     try:

@@ -1,6 +1,6 @@
 """How fast the source reads Kafka, against a bare kafka-python consumer on the same records.
 
-Starts Tansu (memory storage) via ``devstack``, produces ``--records`` records of
+Starts Tansu (memory storage) via ``harness.services``, produces ``--records`` records of
 ``--size`` bytes to a 1-partition topic and a 4-partition topic, then per topic measures:
 
 (a) a bare kafka-python consumer: assign every partition, seek to 0, poll until every
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import produce, table, write_results
-from microcheckpoint import devstack
+from harness import services
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.kafka_source import read_split, split_ranges
 from microcheckpoint.barrier import Barrier, OffsetRange
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from microcheckpoint.engine.spark import local_spark
 
     log_dir = Path(tempfile.mkdtemp(prefix="bench-reader-"))
-    tansu = devstack.start_tansu(log_dir)
+    tansu = services.start_tansu(log_dir)
     spark = local_spark("local[2]")
     runs: list[dict[str, Any]] = []
     try:

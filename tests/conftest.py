@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from microcheckpoint import devstack
+from harness import services
 
 # Airflow reads its home when first imported (the plugin's unit tests import it): keep it
 # out of ~/airflow. The dag.test() and end-to-end tests give their processes their own.
@@ -29,17 +29,17 @@ def service_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint(service_log_dir: Path) -> Iterator[devstack.S3Endpoint]:
-    external = os.environ.get(devstack.ENV_S3)
+def s3_endpoint(service_log_dir: Path) -> Iterator[services.S3Endpoint]:
+    external = os.environ.get(services.ENV_S3)
     if external:
-        yield devstack.S3Endpoint(
+        yield services.S3Endpoint(
             external,
             os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
             os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
             os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
         )
         return
-    service, endpoint = devstack.start_moto(service_log_dir)
+    service, endpoint = services.start_moto(service_log_dir)
     try:
         yield endpoint
     finally:
@@ -48,11 +48,11 @@ def s3_endpoint(service_log_dir: Path) -> Iterator[devstack.S3Endpoint]:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(service_log_dir: Path) -> Iterator[str]:
-    external = os.environ.get(devstack.ENV_KAFKA)
+    external = os.environ.get(services.ENV_KAFKA)
     if external:
         yield external
         return
-    service = devstack.start_tansu(service_log_dir)
+    service = services.start_tansu(service_log_dir)
     try:
         yield service.address
     finally:
@@ -60,7 +60,7 @@ def kafka_bootstrap(service_log_dir: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def s3_client(s3_endpoint: devstack.S3Endpoint):
+def s3_client(s3_endpoint: services.S3Endpoint):
     from microcheckpoint.adapters.s3 import make_client
 
     return make_client(

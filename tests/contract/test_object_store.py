@@ -206,11 +206,11 @@ class TestS3Store(ObjectStoreContract):
             store.put("k", b"v")
 
     def test_unreachable_endpoint_is_a_clear_error(self):
-        from microcheckpoint import devstack
+        from harness import services
         from microcheckpoint.adapters.s3 import S3Store, make_client
         from microcheckpoint.errors import StorageError
 
-        port = devstack.free_port()
+        port = services.free_port()
         client = make_client(f"http://127.0.0.1:{port}", "us-east-1", "k", "s")
         store = S3Store(client, "bucket")
         with pytest.raises(StorageError, match=f"127.0.0.1:{port}.*unreachable"):

@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 
 from examples import wordcount
+from harness.airflow_stack import AirflowStack, start_airflow
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store, ensure_bucket
-from microcheckpoint.airflowstack import AirflowStack, start_airflow
 from microcheckpoint.history import checkpoint_history
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.state.reader import read_keyed_state

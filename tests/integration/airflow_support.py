@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from microcheckpoint.airflowstack import PROJECT_ROOT, airflow_environment
-from microcheckpoint.devstack import S3Endpoint, free_port
+from harness.airflow_stack import PROJECT_ROOT, airflow_environment
+from harness.services import S3Endpoint, free_port
 
 DRIVER = Path(__file__).with_name("dagtest_driver.py")
 

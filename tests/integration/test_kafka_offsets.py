@@ -16,7 +16,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTP
 
-from microcheckpoint import devstack
+from harness import services
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import ensure_bucket, make_client
 from microcheckpoint.errors import KafkaSourceError
@@ -31,18 +31,18 @@ SMALL = [[T0 + 100_000 + 1_000 * j + 10 * (i // 2) for i in range(5)] for j in r
 SMALL_FLAT = [ts for batch in SMALL for ts in batch]
 
 
-def _s3_tansu(log_dir: Path, endpoint: devstack.S3Endpoint, port: int | None = None):
+def _s3_tansu(log_dir: Path, endpoint: services.S3Endpoint, port: int | None = None):
     bucket = f"tansu-{uuid.uuid4().hex[:12]}"
     ensure_bucket(
         make_client(endpoint.url, endpoint.region, endpoint.access_key, endpoint.secret_key),
         bucket,
     )
     log = log_dir / f"tansu-{bucket}"
-    return bucket, devstack.start_tansu(log, storage=f"s3://{bucket}/", s3=endpoint, port=port)
+    return bucket, services.start_tansu(log, storage=f"s3://{bucket}/", s3=endpoint, port=port)
 
 
 @pytest.fixture(scope="module")
-def s3_kafka_bootstrap(service_log_dir: Path, s3_endpoint: devstack.S3Endpoint) -> Iterator[str]:
+def s3_kafka_bootstrap(service_log_dir: Path, s3_endpoint: services.S3Endpoint) -> Iterator[str]:
     """A Tansu broker storing its log in a fresh bucket on the S3 server."""
     _, service = _s3_tansu(service_log_dir, s3_endpoint)
     try:
@@ -189,7 +189,7 @@ def test_missing_topic_or_partition_raises_naming_it(offsets: KafkaOffsets) -> N
 
 
 def test_unreachable_bootstrap_raises_naming_the_address() -> None:
-    address = f"127.0.0.1:{devstack.free_port()}"
+    address = f"127.0.0.1:{services.free_port()}"
     started = time.monotonic()
     with KafkaOffsets(address, request_timeout_ms=1_000) as adapter:
         with pytest.raises(KafkaSourceError, match=address) as info:
@@ -201,7 +201,7 @@ def test_unreachable_bootstrap_raises_naming_the_address() -> None:
 
 
 def test_s3_tansu_keeps_records_and_offsets_across_restart(
-    service_log_dir: Path, s3_endpoint: devstack.S3Endpoint
+    service_log_dir: Path, s3_endpoint: services.S3Endpoint
 ) -> None:
     bucket, service = _s3_tansu(service_log_dir, s3_endpoint)
     port = int(service.address.rsplit(":", 1)[1])
@@ -217,7 +217,7 @@ def test_s3_tansu_keeps_records_and_offsets_across_restart(
             assert ends == {tps[0]: 500, tps[1]: 15, tps[2]: 0}
             before = {tp: _read_all(service.address, tp, ends[tp]) for tp in tps}
         service.stop()
-        service = devstack.start_tansu(
+        service = services.start_tansu(
             service_log_dir / f"tansu-{bucket}",
             storage=f"s3://{bucket}/",
             s3=s3_endpoint,

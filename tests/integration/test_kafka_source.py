@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from kafka import KafkaProducer
 
-from microcheckpoint import devstack
+from harness import services
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.kafka_source import (
     SourceRecord,
@@ -174,7 +174,7 @@ def test_concatenated_splits_equal_one_read_of_each_range(
 
 
 def test_empty_split_yields_nothing_without_a_broker() -> None:
-    nowhere = f"127.0.0.1:{devstack.free_port()}"
+    nowhere = f"127.0.0.1:{services.free_port()}"
     started = time.monotonic()
     assert list(read_split(nowhere, Split(TopicPartition("nothing", 0), 5, 5))) == []
     assert time.monotonic() - started < 1

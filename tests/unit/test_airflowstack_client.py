@@ -14,7 +14,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from microcheckpoint.airflowstack import BACKFILL_REQUEST, AirflowClient
+from harness.airflow_stack import BACKFILL_REQUEST, AirflowClient
 from microcheckpoint.errors import ServiceError
 from tests.unit.jsonhttp import JsonHandler
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from microcheckpoint.devstack import S3Endpoint, Service, _spawn, free_port
+from harness.services import S3Endpoint, Service, _spawn, free_port
 from microcheckpoint.errors import ServiceError
 
 __all__ = ["AirflowClient", "ApiError", "AirflowStack", "airflow_environment", "start_airflow"]

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from microcheckpoint import devstack
+from harness import services
 from microcheckpoint.completed import CheckpointStatus, scan
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.layout import Layout
@@ -51,7 +51,7 @@ def _produce(bootstrap: str, lines: list[str], first: int) -> None:
         producer.close()
 
 
-def _killed_run(stack: devstack.Stack, storage: str, config: dict, parallelism: int) -> int:
+def _killed_run(stack: services.Stack, storage: str, config: dict, parallelism: int) -> int:
     """One cycle as its own Spark job process, killed -9 after the snapshot, before the ack."""
     env = {
         **os.environ,
@@ -91,7 +91,7 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
     from microcheckpoint.state.reader import read_keyed_state
 
     _say("starting the local broker (Tansu) and S3 server (moto) ...")
-    with devstack.local_stack() as stack:
+    with services.local_stack() as stack:
         _say(f"Kafka at {stack.kafka_bootstrap}, S3 at {stack.s3.url}")
         client = make_client(
             stack.s3.url, stack.s3.region, stack.s3.access_key, stack.s3.secret_key

@@ -26,8 +26,8 @@ import sys
 import time
 from collections import Counter
 
-from microcheckpoint import devstack
-from microcheckpoint.airflowstack import PROJECT_ROOT, AirflowStack, start_airflow
+from harness import services
+from harness.airflow_stack import PROJECT_ROOT, AirflowStack, start_airflow
 
 BUCKET = "microcheckpoint-demo"
 STORAGE = f"s3://{BUCKET}/checkpoints"
@@ -93,7 +93,7 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
     output.mkdir(parents=True)
     sink = f"file://{output / 'published'}"
     _say(f"starting Tansu, the moto S3 server and Airflow (logs in {output})")
-    with devstack.local_stack(output / "service-logs") as stack:
+    with services.local_stack(output / "service-logs") as stack:
         s3 = stack.s3
         client = make_client(s3.url, s3.region, s3.access_key, s3.secret_key)
         ensure_bucket(client, BUCKET)
@@ -143,7 +143,7 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             truth = Counter(w for line in first + second for w in line.split())
             code = _report(_history(store), counts, truth, len(first) + len(second))
             published = read_committed(sink, "wordcount", "word-totals")
-            from microcheckpoint.demo_engine import show_output
+            from harness.demo_engine import show_output
 
             code = code or show_output(output / "published", published, truth)
             print()
