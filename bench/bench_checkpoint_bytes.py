@@ -28,9 +28,9 @@ from bench._common import table, write_results
 from harness import services
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.keygroups import key_group_for
-from microcheckpoint.layout import Layout
+from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.state.backends import canonical_key
+from microcheckpoint.state.keygroups import key_group_for
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import FileStore
 

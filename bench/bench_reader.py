@@ -27,8 +27,8 @@ from typing import Any
 from bench._common import produce, table, write_results
 from harness import services
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-from microcheckpoint.adapters.kafka_source import read_split, split_ranges
-from microcheckpoint.barrier import Barrier, OffsetRange
+from microcheckpoint.adapters.kafka_reader import read_split, split_ranges
+from microcheckpoint.protocol.barrier import Barrier, OffsetRange
 
 
 def bare_consumer(bootstrap: str, ends: dict[Any, int]) -> int:

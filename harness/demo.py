@@ -39,7 +39,7 @@ def _say(message: str) -> None:
 
 
 def _history(store) -> dict:
-    from microcheckpoint.history import checkpoint_history
+    from microcheckpoint.protocol.history import checkpoint_history
 
     return checkpoint_history(store, "wordcount")
 

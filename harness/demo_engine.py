@@ -25,9 +25,9 @@ from collections import Counter
 from pathlib import Path
 
 from harness import services
-from microcheckpoint.completed import CheckpointStatus, scan
 from microcheckpoint.ids import CheckpointId
-from microcheckpoint.layout import Layout
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.view import CheckpointStatus, scan
 
 TOPIC = "lines"
 PARTITIONS = 3

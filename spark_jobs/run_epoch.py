@@ -21,9 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.engine.runner import run_cycle, run_epoch
 from microcheckpoint.ids import CheckpointId
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.storage import open_store
 
 

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.keygroups import key_group_for, key_group_range
-from microcheckpoint.layout import Layout
-from microcheckpoint.pending import Ack, StateHandle
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.pending import Ack
 from microcheckpoint.state.backends import (
     KeyGroupState,
     canonical_key,
@@ -28,6 +27,8 @@ from microcheckpoint.state.backends import (
     encode_table,
 )
 from microcheckpoint.state.chains import DELTA_SUFFIX, cached_reader, load_key_group
+from microcheckpoint.state.handles import StateHandle
+from microcheckpoint.state.keygroups import key_group_for, key_group_range
 from microcheckpoint.storage import ObjectStore, open_store
 
 __all__ = ["OperatorContext", "crash_point", "process_subtask", "restore_key_group"]

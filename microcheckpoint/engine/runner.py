@@ -14,19 +14,20 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from microcheckpoint.completed import CheckpointStatus, read_json
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.engine.api import KafkaSource, KeyedOperator, Pipeline
 from microcheckpoint.engine.keyed import OperatorContext, crash_point, process_subtask, slow_point
 from microcheckpoint.engine.sinkstage import SinkContext, commit_sinks, stage_part
 from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.metadata import CheckpointMetadata
-from microcheckpoint.pending import Ack, StateHandle
-from microcheckpoint.savepoints import read_savepoint
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.metadata import CheckpointMetadata
+from microcheckpoint.protocol.pending import Ack
+from microcheckpoint.protocol.savepoints import read_savepoint
+from microcheckpoint.protocol.view import CheckpointStatus, read_json
 from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.chains import key_group_chains
+from microcheckpoint.state.handles import StateHandle
 
 __all__ = ["EpochResult", "expected_tasks", "run_cycle", "run_epoch", "source_schema"]
 
@@ -64,7 +65,8 @@ def source_schema(source: KafkaSource) -> str:
 
 
 def _source_rows(bootstrap: str, source: KafkaSource, crash_at: str | None, driver: int):
-    from microcheckpoint.adapters.kafka_source import decode_record, read_split
+    from microcheckpoint.adapters.decoding import decode_record
+    from microcheckpoint.adapters.kafka_reader import read_split
 
     def read(split):
         for i, record in enumerate(read_split(bootstrap, split)):
@@ -142,7 +144,7 @@ def run_epoch(
     restore; 3. read the barrier ranges in executors; 4. run the stages, each keyed
     operator as ``parallelism`` subtasks over key-group ranges; 5. ack the source.
     """
-    from microcheckpoint.adapters.kafka_source import split_ranges
+    from microcheckpoint.adapters.kafka_reader import split_ranges
 
     view = coordinator.view()
     expected = view.expected_tasks(cid)
@@ -212,8 +214,8 @@ def run_epoch(
 
 
 def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
-    from microcheckpoint.keygroups import key_group_for, subtask_for_key_group
     from microcheckpoint.state.backends import canonical_key
+    from microcheckpoint.state.keygroups import key_group_for, subtask_for_key_group
 
     p, max_p, key, fn = ctx.parallelism, ctx.max_parallelism, op.key, op.fn
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from microcheckpoint.config import CheckpointConfig, CheckpointingMode
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.layout import Layout
-from microcheckpoint.metadata import CheckpointMetadata
-from microcheckpoint.pending import Ack, StateHandle
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.metadata import CheckpointMetadata
+from microcheckpoint.protocol.pending import Ack
 from microcheckpoint.sinks.base import EpochInfo, Sink
+from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage import ObjectStore, open_store
 
 __all__ = ["SinkContext", "commit_sinks", "stage_part"]

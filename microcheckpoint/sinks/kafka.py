@@ -39,8 +39,9 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka import errors as kerr
 
+from microcheckpoint.adapters.decoding import SourceRecord
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-from microcheckpoint.adapters.kafka_source import SourceRecord, Split, read_split
+from microcheckpoint.adapters.kafka_reader import Split, read_split
 from microcheckpoint.errors import ConfigError, MicrocheckpointError
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.sinks.base import EpochInfo, Row, Sink

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Iterable
 
 from microcheckpoint.errors import CheckpointNotFound
-from microcheckpoint.pending import StateHandle
 from microcheckpoint.state.backends import KeyGroupState, decode_memory, decode_table
+from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["DELTA_SUFFIX", "cached_reader", "is_delta", "key_group_chains", "load_key_group"]

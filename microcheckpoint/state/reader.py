@@ -6,11 +6,11 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from microcheckpoint.completed import scan
 from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId
-from microcheckpoint.layout import Layout
-from microcheckpoint.metadata import CheckpointMetadata
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.metadata import CheckpointMetadata
+from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.chains import cached_reader, key_group_chains, load_key_group
 from microcheckpoint.storage.port import ObjectStore
 

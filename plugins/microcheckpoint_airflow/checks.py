@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from microcheckpoint.completed import AbortReason, CheckpointStatus
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator, Verdict
 from microcheckpoint.ids import CheckpointId
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator, Verdict
+from microcheckpoint.protocol.view import AbortReason, CheckpointStatus
 from microcheckpoint.storage import open_store
 
 __all__ = ["Check", "CheckState", "KINDS", "run_check"]

@@ -6,7 +6,7 @@ Served by Airflow's API server as a plugin FastAPI app under ``/microcheckpoint`
   reason, attempt, duration, records, state size, Airflow run and data interval;
   savepoints, the restore marker, and whether triggering is stopped;
 - ``/microcheckpoint/api/pipelines`` and ``/microcheckpoint/api/pipelines/<name>`` — the
-  same as JSON (``microcheckpoint.history.checkpoint_history``).
+  same as JSON (``microcheckpoint.protocol.history.checkpoint_history``).
 
 The pipelines are the ones the DAG files in the DAGs folder declare with
 ``pipeline_dags``; the files are read at most once a minute.
@@ -25,7 +25,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 
-from microcheckpoint.history import checkpoint_history
+from microcheckpoint.protocol.history import checkpoint_history
 from microcheckpoint_airflow import factory
 from microcheckpoint_airflow.hooks import CheckpointStorageHook
 from microcheckpoint_airflow.spec import PipelineSpec

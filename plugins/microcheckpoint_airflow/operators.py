@@ -20,9 +20,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from microcheckpoint.completed import CheckpointStatus, read_json
 from microcheckpoint.config import BarrierPolicy, CheckpointingMode
-from microcheckpoint.coordinator import CheckpointCoordinator, Verdict
 from microcheckpoint.errors import (
     CommitConflict,
     ConfigError,
@@ -30,8 +28,15 @@ from microcheckpoint.errors import (
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TopicPartition
-from microcheckpoint.retention import enforce_retention
-from microcheckpoint.savepoints import ClaimMode, check_restorable, create_savepoint, restore
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator, Verdict
+from microcheckpoint.protocol.retention import enforce_retention
+from microcheckpoint.protocol.savepoints import (
+    ClaimMode,
+    check_restorable,
+    create_savepoint,
+    restore,
+)
+from microcheckpoint.protocol.view import CheckpointStatus, read_json
 from microcheckpoint_airflow.checks import expire_if_late
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.points import resolve_point, split_location

@@ -12,7 +12,7 @@ from typing import Any
 
 from microcheckpoint.errors import CheckpointNotFound, ConfigError
 from microcheckpoint.ids import CheckpointId
-from microcheckpoint.savepoints import RestorePoint, choose_restore
+from microcheckpoint.protocol.savepoints import RestorePoint, choose_restore
 from microcheckpoint.storage import ObjectStore
 
 __all__ = ["resolve_point", "split_location"]

@@ -33,8 +33,8 @@ from examples import wordcount
 from harness.airflow_stack import AirflowStack, start_airflow
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store, ensure_bucket
-from microcheckpoint.history import checkpoint_history
 from microcheckpoint.ids import TopicPartition
+from microcheckpoint.protocol.history import checkpoint_history
 from microcheckpoint.state.reader import read_keyed_state
 
 pytestmark = pytest.mark.e2e

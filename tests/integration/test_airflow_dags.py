@@ -17,10 +17,10 @@ import pytest
 from examples import wordcount
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store
-from microcheckpoint.completed import read_json
-from microcheckpoint.history import checkpoint_history
 from microcheckpoint.ids import CheckpointId, TopicPartition
-from microcheckpoint.layout import Layout
+from microcheckpoint.protocol.history import checkpoint_history
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.view import read_json
 from microcheckpoint.state.reader import read_keyed_state
 from tests.integration.airflow_support import dag_test, migrate
 

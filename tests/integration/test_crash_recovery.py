@@ -38,12 +38,12 @@ import pytest
 from kafka import KafkaProducer
 
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-from microcheckpoint.completed import CheckpointStatus, PipelineView, scan
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.layout import Layout
-from microcheckpoint.metadata import CheckpointMetadata, decode_metadata
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.metadata import CheckpointMetadata, decode_metadata
+from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import open_store
 

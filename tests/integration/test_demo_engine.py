@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from microcheckpoint import demo_engine as demo
+from harness import demo_engine as demo
 
 
 def test_demo_recovers_from_a_killed_spark_job_exactly(capsys):

@@ -25,9 +25,8 @@ from microcheckpoint.engine import KafkaSource, KeyedOperator, Pipeline, running
 from microcheckpoint.engine.runner import EpochResult, run_cycle
 from microcheckpoint.errors import CheckpointNotFound, ConfigError
 from microcheckpoint.ids import CheckpointId, TopicPartition
-from microcheckpoint.keygroups import key_group_for
-from microcheckpoint.layout import Layout
-from microcheckpoint.savepoints import (
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.savepoints import (
     ClaimMode,
     choose_restore,
     create_savepoint,
@@ -35,6 +34,7 @@ from microcheckpoint.savepoints import (
     restore,
 )
 from microcheckpoint.state.backends import MEMORY_LIMIT_BYTES, canonical_key
+from microcheckpoint.state.keygroups import key_group_for
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import FileStore
 

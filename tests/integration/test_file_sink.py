@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from microcheckpoint.completed import scan
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine.runner import run_cycle
-from microcheckpoint.layout import Layout
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.view import scan
 from microcheckpoint.sinks.base import EpochInfo
 from microcheckpoint.sinks.files import FileSink, read_committed
 from microcheckpoint.storage import FileStore

@@ -17,18 +17,12 @@ import pytest
 from kafka import KafkaProducer
 
 from harness import services
+from microcheckpoint.adapters.decoding import SourceRecord, decode_record, decode_value
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-from microcheckpoint.adapters.kafka_source import (
-    SourceRecord,
-    Split,
-    decode_record,
-    decode_value,
-    read_split,
-    split_ranges,
-)
-from microcheckpoint.barrier import Barrier, OffsetRange
+from microcheckpoint.adapters.kafka_reader import Split, read_split, split_ranges
 from microcheckpoint.errors import ConfigError, KafkaSourceError
 from microcheckpoint.ids import TopicPartition
+from microcheckpoint.protocol.barrier import Barrier, OffsetRange
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,6 @@ from pyspark.sql import functions as F
 
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
 from microcheckpoint.engine.runner import (
     expected_tasks,
@@ -28,6 +27,7 @@ from microcheckpoint.engine.runner import (
     sink_committer,
 )
 from microcheckpoint.engine.sinkstage import SinkContext, stage_part
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.storage import FileStore
 
 LINES = [f"w{i % 7} w{i % 4} z" for i in range(36)]

@@ -19,10 +19,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from microcheckpoint import layout as names
-from microcheckpoint.completed import CheckpointStatus, scan
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.errors import (
     AcksMissing,
     CheckpointNotFound,
@@ -32,8 +29,12 @@ from microcheckpoint.errors import (
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.pending import Ack, AckResult, StateHandle
-from microcheckpoint.retention import reference_counts
+from microcheckpoint.protocol import layout as names
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.pending import Ack, AckResult
+from microcheckpoint.protocol.retention import reference_counts
+from microcheckpoint.protocol.view import CheckpointStatus, scan
+from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome
 

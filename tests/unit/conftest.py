@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.layout import Layout
-from microcheckpoint.metadata import CheckpointMetadata
-from microcheckpoint.pending import Ack, AckResult, StateHandle
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.metadata import CheckpointMetadata
+from microcheckpoint.protocol.pending import Ack, AckResult
+from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.file import FileStore
 
 PIPELINE = "pipe"

@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-from microcheckpoint.completed import AbortReason, CheckpointStatus
-from microcheckpoint.coordinator import CheckpointCoordinator
 from microcheckpoint.errors import CommitConflict
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.pending import AckResult
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.pending import AckResult
+from microcheckpoint.protocol.view import AbortReason, CheckpointStatus
 from microcheckpoint_airflow import checks
 from microcheckpoint_airflow.checks import Check, CheckState
 from microcheckpoint_airflow.triggers import CheckpointConditionTrigger

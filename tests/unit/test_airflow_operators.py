@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from microcheckpoint.completed import AbortReason, CheckpointStatus, read_json
-from microcheckpoint.coordinator import CheckpointCoordinator, Verdict
 from microcheckpoint.engine.api import KafkaSource, Pipeline, running_sum
 from microcheckpoint.engine.runner import expected_tasks
 from microcheckpoint.errors import (
@@ -29,10 +27,13 @@ from microcheckpoint.errors import (
     TooManyFailures,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.layout import Layout
-from microcheckpoint.metadata import decode_metadata
-from microcheckpoint.pending import Ack, AckResult, StateHandle
-from microcheckpoint.savepoints import create_savepoint
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator, Verdict
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.metadata import decode_metadata
+from microcheckpoint.protocol.pending import Ack, AckResult
+from microcheckpoint.protocol.savepoints import create_savepoint
+from microcheckpoint.protocol.view import AbortReason, CheckpointStatus, read_json
+from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint_airflow import operators
 from microcheckpoint_airflow.operators import (

@@ -8,7 +8,7 @@ import pytest
 
 from microcheckpoint.errors import CheckpointNotFound, ConfigError, IncompatibleCheckpoint
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.savepoints import create_savepoint
+from microcheckpoint.protocol.savepoints import create_savepoint
 from microcheckpoint.storage import ObjectStore
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint_airflow.points import resolve_point, split_location

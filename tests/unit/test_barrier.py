@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from microcheckpoint.barrier import Barrier, OffsetRange, plan_barrier
 from microcheckpoint.errors import KafkaSourceError, MetadataFormatError
 from microcheckpoint.ids import TopicPartition
+from microcheckpoint.protocol.barrier import Barrier, OffsetRange, plan_barrier
 
 TP0 = TopicPartition("events", 0)
 TP1 = TopicPartition("events", 1)

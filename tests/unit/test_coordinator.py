@@ -6,9 +6,6 @@ import json
 
 import pytest
 
-from microcheckpoint import savepoints
-from microcheckpoint.completed import AbortReason, CheckpointStatus
-from microcheckpoint.coordinator import AbortOutcome, CheckpointCoordinator, Verdict
 from microcheckpoint.errors import (
     AcksMissing,
     CheckpointNotFound,
@@ -18,8 +15,11 @@ from microcheckpoint.errors import (
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.metadata import decode_metadata
-from microcheckpoint.pending import AckResult
+from microcheckpoint.protocol import savepoints
+from microcheckpoint.protocol.coordinator import AbortOutcome, CheckpointCoordinator, Verdict
+from microcheckpoint.protocol.metadata import decode_metadata
+from microcheckpoint.protocol.pending import AckResult
+from microcheckpoint.protocol.view import AbortReason, CheckpointStatus
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import WriteOutcome
 

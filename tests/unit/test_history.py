@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from microcheckpoint.completed import AbortReason
-from microcheckpoint.history import checkpoint_history
 from microcheckpoint.ids import CheckpointId
-from microcheckpoint.savepoints import ClaimMode, choose_restore, create_savepoint, restore
+from microcheckpoint.protocol.history import checkpoint_history
+from microcheckpoint.protocol.savepoints import ClaimMode, choose_restore, create_savepoint, restore
+from microcheckpoint.protocol.view import AbortReason
 from tests.unit.conftest import AGG, SRC, TP0, TP1
 
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from microcheckpoint.errors import ConfigError
-from microcheckpoint.keygroups import key_group_for, key_group_range, subtask_for_key_group
+from microcheckpoint.state.keygroups import key_group_for, key_group_range, subtask_for_key_group
 
 
 @given(max_p=st.integers(1, 512), data=st.data())
@@ -31,7 +31,7 @@ def test_key_group_is_stable_across_processes():
     import subprocess
     import sys
 
-    code = "from microcheckpoint.keygroups import key_group_for as f; print(f(b'apple', 128), f(b'user-1', 4096))"
+    code = "from microcheckpoint.state.keygroups import key_group_for as f; print(f(b'apple', 128), f(b'user-1', 4096))"
     outs = {
         subprocess.run(
             [sys.executable, "-c", code],

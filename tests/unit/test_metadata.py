@@ -7,17 +7,18 @@ import json
 
 import pytest
 
-from microcheckpoint.barrier import Barrier, OffsetRange
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.metadata import (
+from microcheckpoint.protocol.barrier import Barrier, OffsetRange
+from microcheckpoint.protocol.metadata import (
     FORMAT,
     VERSION,
     CheckpointMetadata,
     decode_metadata,
     encode_metadata,
 )
-from microcheckpoint.pending import Ack, StateHandle
+from microcheckpoint.protocol.pending import Ack
+from microcheckpoint.state.handles import StateHandle
 
 SOURCE = "file:///store/pipe/chk-0000000004/_metadata"
 TP0 = TopicPartition("events", 0)

@@ -6,7 +6,8 @@ import pytest
 
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.pending import Ack, AckResult, PendingCheckpoint, StateHandle
+from microcheckpoint.protocol.pending import Ack, AckResult, PendingCheckpoint
+from microcheckpoint.state.handles import StateHandle
 
 SRC0 = TaskId.of("source", 0)
 SRC1 = TaskId.of("source", 1)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from microcheckpoint import savepoints
-from microcheckpoint.completed import AbortReason, CheckpointStatus
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.pending import AckResult, StateHandle
-from microcheckpoint.retention import enforce_retention
+from microcheckpoint.protocol import savepoints
+from microcheckpoint.protocol.pending import AckResult
+from microcheckpoint.protocol.retention import enforce_retention
+from microcheckpoint.protocol.view import AbortReason, CheckpointStatus
+from microcheckpoint.state.handles import StateHandle
 
 TP0 = TopicPartition("events", 0)
 SRC = TaskId.of("source", 0)

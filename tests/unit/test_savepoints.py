@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from microcheckpoint import savepoints
 from microcheckpoint.errors import CheckpointNotFound, IncompatibleCheckpoint, RestoreError
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
+from microcheckpoint.protocol import savepoints
 from microcheckpoint.storage.file import FileStore
 
 TP0 = TopicPartition("events", 0)

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from microcheckpoint.barrier import Barrier
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.pending import Ack, StateHandle
+from microcheckpoint.protocol.barrier import Barrier
+from microcheckpoint.protocol.pending import Ack
+from microcheckpoint.state.handles import StateHandle
 
 __all__ = ["FORMAT", "VERSION", "CheckpointMetadata", "decode_metadata", "encode_metadata"]
 

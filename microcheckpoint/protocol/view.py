@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from microcheckpoint import layout as names
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.layout import Layout
-from microcheckpoint.metadata import CheckpointMetadata, decode_metadata
+from microcheckpoint.protocol import layout as names
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.metadata import CheckpointMetadata, decode_metadata
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["AbortReason", "CheckpointRecord", "CheckpointStatus", "PipelineView", "scan"]

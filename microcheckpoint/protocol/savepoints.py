@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from microcheckpoint.completed import PipelineView, scan
 from microcheckpoint.errors import (
     CheckpointNotFound,
     IncompatibleCheckpoint,
@@ -27,9 +26,10 @@ from microcheckpoint.errors import (
     RestoreError,
 )
 from microcheckpoint.ids import CheckpointId
-from microcheckpoint.layout import Layout
-from microcheckpoint.metadata import CheckpointMetadata, decode_metadata, encode_metadata
-from microcheckpoint.pending import StateHandle
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.metadata import CheckpointMetadata, decode_metadata, encode_metadata
+from microcheckpoint.protocol.view import PipelineView, scan
+from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
 __all__ = [

@@ -9,8 +9,9 @@ from typing import Any
 
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.state.handles import StateHandle
 
-__all__ = ["Ack", "AckResult", "PendingCheckpoint", "StateHandle"]
+__all__ = ["Ack", "AckResult", "PendingCheckpoint"]
 
 
 class AckResult(Enum):
@@ -22,27 +23,6 @@ class AckResult(Enum):
     DISCARDED = (
         "discarded"  # the checkpoint is no longer pending, or the ack is from an old attempt
     )
-
-
-@dataclass(frozen=True)
-class StateHandle:
-    """One state file: its key in checkpoint storage, size, and the key groups it holds."""
-
-    key: str
-    size: int
-    key_groups: tuple[int, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "size": self.size}
-        if self.key_groups:
-            out["key_groups"] = list(self.key_groups)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StateHandle:
-        return cls(
-            str(data["key"]), int(data["size"]), tuple(int(k) for k in data.get("key_groups", ()))
-        )
 
 
 @dataclass(frozen=True)

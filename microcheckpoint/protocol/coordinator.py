@@ -23,14 +23,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from microcheckpoint.barrier import Barrier, plan_barrier
-from microcheckpoint.completed import (
-    AbortReason,
-    CheckpointStatus,
-    PipelineView,
-    read_json,
-    scan,
-)
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.errors import (
     AcksMissing,
@@ -40,10 +32,18 @@ from microcheckpoint.errors import (
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.layout import Layout
-from microcheckpoint.metadata import CheckpointMetadata, decode_metadata, encode_metadata
-from microcheckpoint.pending import Ack, AckResult, PendingCheckpoint
-from microcheckpoint.retention import cleanup_checkpoint, enforce_retention
+from microcheckpoint.protocol.barrier import Barrier, plan_barrier
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.metadata import CheckpointMetadata, decode_metadata, encode_metadata
+from microcheckpoint.protocol.pending import Ack, AckResult, PendingCheckpoint
+from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_retention
+from microcheckpoint.protocol.view import (
+    AbortReason,
+    CheckpointStatus,
+    PipelineView,
+    read_json,
+    scan,
+)
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
 __all__ = ["AbortOutcome", "CheckpointCoordinator", "TriggerDecision", "Verdict"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from microcheckpoint import layout as names
-from microcheckpoint.completed import CheckpointStatus, PipelineView, read_json, scan
 from microcheckpoint.ids import CheckpointId
-from microcheckpoint.layout import Layout
-from microcheckpoint.pending import Ack
+from microcheckpoint.protocol import layout as names
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.pending import Ack
+from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, read_json, scan
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["cleanup_checkpoint", "enforce_retention", "reference_counts"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from microcheckpoint.barrier import Barrier
-from microcheckpoint.completed import CheckpointStatus, read_json, scan
 from microcheckpoint.errors import MetadataFormatError
-from microcheckpoint.layout import Layout
-from microcheckpoint.savepoints import list_savepoints
+from microcheckpoint.protocol.barrier import Barrier
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.savepoints import list_savepoints
+from microcheckpoint.protocol.view import CheckpointStatus, read_json, scan
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["checkpoint_history"]
