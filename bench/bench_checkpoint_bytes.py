@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args(argv)
 
-    from microcheckpoint.engine.runner import run_cycle
+    from microcheckpoint.engine.cycle import run_cycle
     from microcheckpoint.engine.spark import local_spark
 
     rng = random.Random(args.seed)

@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness import services
+from harness.faults import crash_env
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.view import CheckpointStatus, scan
@@ -58,7 +59,7 @@ def _killed_run(stack: services.Stack, storage: str, config: dict, parallelism: 
         **stack.s3.environment(),
         "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "PYSPARK_PYTHON": sys.executable,
-        "MICROCHECKPOINT_CRASH_AT": "after_snapshot",
+        **crash_env("after_snapshot"),
         "WORDCOUNT_SINK": os.environ.get("WORDCOUNT_SINK", ""),
     }
     argv = [
@@ -85,7 +86,7 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
     from examples.wordcount import build, lines_for
     from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
     from microcheckpoint.config import CheckpointConfig
-    from microcheckpoint.engine.runner import run_cycle
+    from microcheckpoint.engine.cycle import run_cycle
     from microcheckpoint.engine.spark import local_spark
     from microcheckpoint.sinks.files import read_committed
     from microcheckpoint.state.reader import read_keyed_state

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 __all__ = [
     "AcksMissing",
-    "CheckpointDeclined",
     "CheckpointExpired",
     "CheckpointNotFound",
     "CommitConflict",
     "CommitOutcomeUnknown",
     "ConfigError",
     "IncompatibleCheckpoint",
+    "InvalidValue",
+    "KafkaSinkError",
     "KafkaSourceError",
     "MetadataFormatError",
     "MicrocheckpointError",
     "RestoreError",
     "ServiceError",
+    "StateTooLarge",
     "StorageError",
     "TooManyFailures",
     "TriggerRefused",
@@ -68,11 +70,7 @@ class RestoreError(MicrocheckpointError):
 
 
 class CheckpointExpired(MicrocheckpointError):
-    """A checkpoint was not acknowledged within the checkpoint timeout."""
-
-
-class CheckpointDeclined(MicrocheckpointError):
-    """A task failed or declined the checkpoint."""
+    """A checkpoint was not complete within the checkpoint timeout (it is now aborted)."""
 
 
 class AcksMissing(MicrocheckpointError):
@@ -87,9 +85,21 @@ class TriggerRefused(MicrocheckpointError):
     """A trigger was refused (min pause, max concurrent, or the pipeline is stopped)."""
 
 
-class ServiceError(MicrocheckpointError):
-    """A local service (broker, S3 server) failed to start or answer."""
+class ServiceError(MicrocheckpointError, RuntimeError):
+    """A service (the local broker or S3 server, Airflow's REST API) failed to start or answer."""
 
 
 class KafkaSourceError(MicrocheckpointError):
     """Kafka could not answer for a topic or partition (missing, unreachable, out of range)."""
+
+
+class KafkaSinkError(MicrocheckpointError):
+    """Publishing to Kafka failed; ``commit`` may be called again and publishes only the rest."""
+
+
+class StateTooLarge(MicrocheckpointError):
+    """A ``memory`` state snapshot exceeds its size limit."""
+
+
+class InvalidValue(MicrocheckpointError, ValueError):
+    """A value does not fit its type: an id, an offset range, a record value for its schema."""

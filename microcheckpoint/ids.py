@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from microcheckpoint.errors import InvalidValue
+
 __all__ = ["CheckpointId", "KeyGroup", "OperatorUid", "TaskId", "TopicPartition"]
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -23,7 +25,7 @@ class CheckpointId:
 
     def __post_init__(self) -> None:
         if not isinstance(self.value, int) or isinstance(self.value, bool) or self.value < 1:
-            raise ValueError(f"checkpoint id must be an integer >= 1, got {self.value!r}")
+            raise InvalidValue(f"checkpoint id must be an integer >= 1, got {self.value!r}")
 
     @property
     def dirname(self) -> str:
@@ -56,12 +58,12 @@ class TopicPartition:
             or not _TOPIC.match(self.topic)
             or self.topic in (".", "..")
         ):
-            raise ValueError(
+            raise InvalidValue(
                 f"topic name {self.topic!r} is not a valid Kafka topic name "
                 "(1-249 characters of A-Z a-z 0-9 . _ -, not '.' or '..')"
             )
         if not _is_index(self.partition):
-            raise ValueError(f"partition of {self.topic!r} must be >= 0, got {self.partition!r}")
+            raise InvalidValue(f"partition of {self.topic!r} must be >= 0, got {self.partition!r}")
 
     def __str__(self) -> str:
         return f"{self.topic}:{self.partition}"
@@ -70,7 +72,7 @@ class TopicPartition:
     def parse(cls, text: str) -> TopicPartition:
         topic, sep, partition = text.rpartition(":")
         if not sep or not partition.isdigit():
-            raise ValueError(f"expected 'topic:partition', got {text!r}")
+            raise InvalidValue(f"expected 'topic:partition', got {text!r}")
         return cls(topic, int(partition))
 
 
@@ -82,7 +84,7 @@ class OperatorUid:
 
     def __post_init__(self) -> None:
         if not isinstance(self.value, str) or not _UID.match(self.value):
-            raise ValueError(
+            raise InvalidValue(
                 f"operator uid {self.value!r} must be 1-128 characters of A-Z a-z 0-9 . _ -"
             )
 
@@ -98,7 +100,7 @@ class KeyGroup:
 
     def __post_init__(self) -> None:
         if not _is_index(self.index):
-            raise ValueError(f"key group must be >= 0, got {self.index!r}")
+            raise InvalidValue(f"key group must be >= 0, got {self.index!r}")
 
 
 @dataclass(frozen=True, order=True)
@@ -110,7 +112,7 @@ class TaskId:
 
     def __post_init__(self) -> None:
         if not _is_index(self.subtask):
-            raise ValueError(f"subtask index of {self.uid} must be >= 0, got {self.subtask!r}")
+            raise InvalidValue(f"subtask index of {self.uid} must be >= 0, got {self.subtask!r}")
 
     def __str__(self) -> str:
         return f"{self.uid}#{self.subtask}"
@@ -119,7 +121,7 @@ class TaskId:
     def parse(cls, text: str) -> TaskId:
         uid, sep, subtask = text.rpartition("#")
         if not sep or not subtask.isdigit():
-            raise ValueError(f"expected 'uid#subtask', got {text!r}")
+            raise InvalidValue(f"expected 'uid#subtask', got {text!r}")
         return cls(OperatorUid(uid), int(subtask))
 
     @classmethod

@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.engine.runner import run_cycle, run_epoch
+from microcheckpoint.engine.cycle import run_cycle
+from microcheckpoint.engine.runner import run_epoch
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.storage import open_store
@@ -74,13 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                 store_options=options,
             )
         else:
+            plan = CheckpointCoordinator(store, config).plan(CheckpointId(args.checkpoint))
             result = run_epoch(
-                spark,
-                pipeline,
-                CheckpointCoordinator(store, config),
-                CheckpointId(args.checkpoint),
-                bootstrap=args.bootstrap,
-                store_options=options,
+                spark, pipeline, plan, store, bootstrap=args.bootstrap, store_options=options
             )
         print(
             json.dumps(

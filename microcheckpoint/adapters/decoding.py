@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from microcheckpoint.errors import ConfigError, KafkaSourceError
+from microcheckpoint.errors import ConfigError, InvalidValue, KafkaSourceError
 from microcheckpoint.ids import TopicPartition
 
 __all__ = [
@@ -96,17 +96,17 @@ def decode_value(value: bytes | None, fmt: str, schema: dict[str, str] | None = 
     try:
         text = bytes(value).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"value is not valid UTF-8: {exc}") from None
+        raise InvalidValue(f"value is not valid UTF-8: {exc}") from None
     if fmt == "text":
         return text
     try:
         parsed = json.loads(text, parse_constant=_refuse_constant)
     except ValueError as exc:  # JSONDecodeError, a refused constant, an over-long integer
-        raise ValueError(f"value is not valid JSON: {exc}") from None
+        raise InvalidValue(f"value is not valid JSON: {exc}") from None
     if schema is None:
         return parsed
     if not isinstance(parsed, dict):
-        raise ValueError(f"value is JSON {type(parsed).__name__}, the schema needs an object")
+        raise InvalidValue(f"value is JSON {type(parsed).__name__}, the schema needs an object")
     return {name: _coerce(name, parsed.get(name), kind) for name, kind in schema.items()}
 
 
@@ -130,7 +130,7 @@ def decode_record(record: SourceRecord, fmt: str, schema: dict[str, str] | None 
 
 
 def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    raise InvalidValue(f"{name} is not a JSON number")
 
 
 def _coerce(name: str, raw: Any, kind: str) -> Any:
@@ -151,7 +151,7 @@ def _coerce(name: str, raw: Any, kind: str) -> Any:
         number = _double(raw)
         if number is not None:
             return number
-    raise ValueError(f"field {name!r} must be {kind}, got {json.dumps(raw)[:80]}")
+    raise InvalidValue(f"field {name!r} must be {kind}, got {json.dumps(raw)[:80]}")
 
 
 def _long(raw: Any) -> int | None:

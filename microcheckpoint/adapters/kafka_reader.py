@@ -25,7 +25,7 @@ from kafka import errors as kerr
 
 from microcheckpoint.adapters.decoding import SourceRecord
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-from microcheckpoint.errors import ConfigError, KafkaSourceError
+from microcheckpoint.errors import ConfigError, InvalidValue, KafkaSourceError
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 
@@ -42,7 +42,7 @@ class Split:
 
     def __post_init__(self) -> None:
         if not 0 <= self.start <= self.end:
-            raise ValueError(
+            raise InvalidValue(
                 f"split of {self.tp}: offset range [{self.start}, {self.end}) is invalid"
             )
 

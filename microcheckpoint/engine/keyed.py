@@ -7,19 +7,15 @@ executors, which restore the subtask's key groups, apply the function, snapshot 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.coordinator import acknowledge
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.pending import Ack
+from microcheckpoint.protocol.records import Ack
 from microcheckpoint.state.backends import (
     KeyGroupState,
     canonical_key,
@@ -31,7 +27,7 @@ from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import key_group_for, key_group_range
 from microcheckpoint.storage import ObjectStore, open_store
 
-__all__ = ["OperatorContext", "crash_point", "process_subtask", "restore_key_group"]
+__all__ = ["OperatorContext", "process_subtask", "restore_key_group"]
 
 
 @dataclass(frozen=True)
@@ -54,37 +50,7 @@ class OperatorContext:
     # key group -> its file chain (base, then deltas) in the state restored from
     base: dict[int, list[StateHandle]] = field(default_factory=dict)
     max_deltas: int = 8
-    crash_at: str | None = None
-    driver_pid: int = 0
-
-
-def crash_point(name: str, crash_at: str | None, driver_pid: int) -> None:
-    """Fault injection for tests: kill -9 the Spark job's driver (and this process) at ``name``."""
-    if crash_at != name:
-        return
-    if driver_pid and driver_pid != os.getpid():
-        os.kill(driver_pid, signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def slow_point(flag: str | None, pipeline: str) -> None:
-    """Fault injection for tests: sleep once for the seconds written in file ``flag``.
-
-    The file holds ``<seconds>`` (any pipeline) or ``<pipeline> <seconds>`` (only that
-    one: other pipelines sharing the environment pass by). It is removed before sleeping,
-    so only one epoch (the first to see it) is slow.
-    """
-    if not flag:
-        return
-    try:
-        words = Path(flag).read_text().split()
-        if len(words) == 2 and words[0] != pipeline:
-            return
-        seconds = float(words[-1]) if words else 0.0
-        os.remove(flag)
-    except (FileNotFoundError, ValueError):
-        return
-    time.sleep(seconds)
+    faults: Faults = field(default_factory=Faults)
 
 
 def _row_order(row: dict[str, Any]) -> tuple:
@@ -179,10 +145,7 @@ def process_subtask(
         handles.append(StateHandle(key, len(data), tuple(sorted(memory))))
     # One handle per file, whatever number of key groups it serves.
     handles = list({h.key: h for h in handles}.values())
-    crash_point("after_snapshot", ctx.crash_at, ctx.driver_pid)
+    ctx.faults.point("after_snapshot")
     # Step 3: the ack (a retried Spark task writes the same files and gets DUPLICATE).
-    coordinator = CheckpointCoordinator(
-        store, CheckpointConfig.from_mapping({"pipeline": ctx.pipeline, "storage": ctx.store_url})
-    )
-    coordinator.acknowledge(cid, Ack(task, ctx.attempt, tuple(handles)))
+    acknowledge(store, layout, cid, Ack(task, ctx.attempt, tuple(handles)))
     return iter(outputs)

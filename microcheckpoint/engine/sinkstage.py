@@ -10,22 +10,24 @@ through ``Sink.write_at_least_once`` and acks with no handle.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from microcheckpoint.config import CheckpointConfig, CheckpointingMode
+from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.coordinator import acknowledge
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.metadata import CheckpointMetadata
-from microcheckpoint.protocol.pending import Ack
+from microcheckpoint.protocol.records import Ack, CheckpointMetadata
 from microcheckpoint.sinks.base import EpochInfo, Sink
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage import ObjectStore, open_store
 
-__all__ = ["SinkContext", "commit_sinks", "stage_part"]
+if TYPE_CHECKING:
+    from microcheckpoint.engine.api import Pipeline
+
+__all__ = ["SinkContext", "commit_sinks", "sink_publisher", "stage_part"]
 
 
 @dataclass(frozen=True)
@@ -50,20 +52,18 @@ def stage_part(
     ordered = sorted(rows, key=_row_key)
     cid = CheckpointId(ctx.checkpoint_id)
     task = TaskId.of(sink.uid, part)
+    layout = Layout(ctx.pipeline)
     handles: tuple[StateHandle, ...] = ()
     if ctx.mode == CheckpointingMode.AT_LEAST_ONCE.value:
         sink.write_at_least_once(
             EpochInfo(ctx.pipeline, sink.uid, ctx.checkpoint_id), part, ordered
         )
     else:
-        key = f"{Layout(ctx.pipeline).chk(cid)}sink/{sink.uid}/part-{part:05d}-a{ctx.attempt:05d}.jsonl"
+        key = layout.sink_part(cid, task, ctx.attempt)
         data = b"".join(_row_key(r).encode() + b"\n" for r in ordered)
         store.put(key, data)
         handles = (StateHandle(key, len(data)),)
-    coordinator = CheckpointCoordinator(
-        store, CheckpointConfig.from_mapping({"pipeline": ctx.pipeline, "storage": ctx.store_url})
-    )
-    coordinator.acknowledge(cid, Ack(task, ctx.attempt, handles))
+    acknowledge(store, layout, cid, Ack(task, ctx.attempt, handles))
     return iter([len(ordered)])
 
 
@@ -87,3 +87,24 @@ def commit_sinks(store: ObjectStore, sinks: Iterable[Sink], meta: CheckpointMeta
             parts.append(rows)
         if any(meta.acks[t].handles for t in tasks):
             sink.commit(EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value), parts)
+
+
+def sink_publisher(
+    pipeline: Pipeline, store: ObjectStore, mode: CheckpointingMode
+) -> Callable[[CheckpointMetadata], None] | None:
+    """The ``commit_sinks`` callback of notify for ``pipeline`` (it opens the sinks first).
+
+    None in AT_LEAST_ONCE: the sinks published while processing, so notify publishes nothing.
+    """
+    if mode is not CheckpointingMode.EXACTLY_ONCE:
+        return None
+    opened: list[bool] = []
+
+    def publish(meta: CheckpointMetadata) -> None:
+        if not opened:
+            for sink in pipeline.sinks:
+                sink.open()
+            opened.append(True)
+        commit_sinks(store, pipeline.sinks, meta)
+
+    return publish

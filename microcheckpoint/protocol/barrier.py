@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from microcheckpoint.errors import KafkaSourceError, MetadataFormatError
+from microcheckpoint.errors import InvalidValue, KafkaSourceError, MetadataFormatError
 from microcheckpoint.ids import TopicPartition
 
 __all__ = ["Barrier", "OffsetRange", "plan_barrier"]
@@ -21,7 +21,7 @@ class OffsetRange:
 
     def __post_init__(self) -> None:
         if self.start < 0 or self.end < self.start:
-            raise ValueError(f"offset range [{self.start}, {self.end}) is invalid")
+            raise InvalidValue(f"offset range [{self.start}, {self.end}) is invalid")
 
     @property
     def count(self) -> int:

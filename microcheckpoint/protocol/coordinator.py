@@ -1,7 +1,7 @@
-"""The checkpoint coordinator: trigger, acknowledge, complete, abort, notify.
+"""The checkpoint coordinator: trigger, plan, acknowledge, complete, abort, notify.
 
 It keeps no state of its own between calls: every decision is derived from checkpoint
-storage (``completed.scan``), so any Airflow task can run any step, a crashed step can be
+storage (``view.scan``), so any Airflow task can run any step, a crashed step can be
 run again, and two racing steps are settled by put-if-absent writes:
 
 - ``_pending`` allocates a checkpoint id (ids are dense and increasing);
@@ -10,11 +10,13 @@ run again, and two racing steps are settled by put-if-absent writes:
 - ``_metadata`` is the commit point (I2). Before a checkpoint claims COMPLETED, every
   lower id has an outcome and every lower COMPLETED one has its ``_metadata``, so no
   lower id completes after a higher one.
+
+Whether to trigger is the decider's (``decider``), counting failures is the failure
+manager's (``failures``), and what an epoch processes is the plan's (``plan``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -26,52 +28,48 @@ from typing import Any
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.errors import (
     AcksMissing,
+    CheckpointExpired,
     CheckpointNotFound,
     CommitConflict,
-    TooManyFailures,
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier, plan_barrier
+from microcheckpoint.protocol.decider import TriggerDecision, Verdict, decide
+from microcheckpoint.protocol.failures import FailureManager
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.metadata import CheckpointMetadata, decode_metadata, encode_metadata
-from microcheckpoint.protocol.pending import Ack, AckResult, PendingCheckpoint
-from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_retention
-from microcheckpoint.protocol.view import (
+from microcheckpoint.protocol.pending import AckResult, PendingCheckpoint
+from microcheckpoint.protocol.plan import EpochPlan, epoch_plan
+from microcheckpoint.protocol.records import (
     AbortReason,
-    CheckpointStatus,
-    PipelineView,
-    read_json,
-    scan,
+    Ack,
+    AttemptRecord,
+    CheckpointMetadata,
+    NotifiedRecord,
+    OutcomeRecord,
+    PendingRecord,
+    StopRecord,
+    decode_metadata,
+    encode,
+    encode_metadata,
+    read,
 )
+from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_retention
+from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
-__all__ = ["AbortOutcome", "CheckpointCoordinator", "TriggerDecision", "Verdict"]
+__all__ = [
+    "AbortOutcome",
+    "CheckpointCoordinator",
+    "StartPoint",
+    "TriggerDecision",
+    "Verdict",
+    "acknowledge",
+]
 
 log = logging.getLogger(__name__)
 
 StartupOffsets = Callable[[Iterable[TopicPartition]], Mapping[TopicPartition, int]]
-
-
-class Verdict(Enum):
-    TRIGGER = "TRIGGER"
-    WAIT_MIN_PAUSE = "WAIT_MIN_PAUSE"
-    WAIT_MAX_CONCURRENT = "WAIT_MAX_CONCURRENT"
-    STOPPED = "STOPPED"
-    SUSPENDED = "SUSPENDED"
-
-
-@dataclass(frozen=True)
-class TriggerDecision:
-    """Whether a checkpoint may be triggered now; ``wait_s`` is the min-pause remainder."""
-
-    verdict: Verdict
-    reason: str
-    wait_s: float = 0.0
-
-    @property
-    def allowed(self) -> bool:
-        return self.verdict is Verdict.TRIGGER
 
 
 class AbortOutcome(Enum):
@@ -80,8 +78,36 @@ class AbortOutcome(Enum):
     ALREADY_COMPLETED = "ALREADY_COMPLETED"
 
 
-def _dumps(value: Mapping[str, Any]) -> bytes:
-    return json.dumps(value, sort_keys=True).encode()
+@dataclass(frozen=True)
+class StartPoint:
+    """Where the next epoch starts: offsets, and the checkpoint whose state it continues.
+
+    ``base`` is None after a restore (the state comes from the restore marker's point).
+    ``previous`` is the checkpoint whose end the next epoch starts at: the head of the
+    chain, or the restored checkpoint when the restore re-based onto one of this
+    pipeline's own (None for a savepoint or a first checkpoint).
+    """
+
+    offsets: dict[TopicPartition, int]
+    base: CheckpointId | None
+    previous: CheckpointId | None
+
+
+def acknowledge(store: ObjectStore, layout: Layout, cid: CheckpointId, ack: Ack) -> AckResult:
+    """Record a task's ack (put-if-absent, so a repeated ack is a DUPLICATE).
+
+    Runs wherever the task runs (a Spark executor, the driver): it reads storage only.
+    """
+    view = scan(store, layout)
+    record = view.records.get(cid)
+    if record is None or record.status is not CheckpointStatus.PENDING:
+        return AckResult.DISCARDED
+    if ack.attempt < record.attempt:
+        return AckResult.DISCARDED
+    if ack.task not in view.expected_tasks(cid) or ack.attempt > record.attempt:
+        return AckResult.UNKNOWN
+    outcome = write_once(store, layout.ack(cid, ack.attempt, ack.task), encode(ack))
+    return AckResult.SUCCESS if outcome is WriteOutcome.OK else AckResult.DUPLICATE
 
 
 class CheckpointCoordinator:
@@ -104,8 +130,9 @@ class CheckpointCoordinator:
         self.layout = Layout(config.pipeline)
         self.clock = clock
         self.token = uuid.uuid4().hex  # makes this writer's bytes unique (see write_once)
+        self.failures = FailureManager(store, self.layout, config)
 
-    def _now_ms(self) -> int:
+    def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def view(self) -> PipelineView:
@@ -115,98 +142,61 @@ class CheckpointCoordinator:
 
     def consecutive_failures(self, view: PipelineView | None = None) -> int:
         """Expired or declined checkpoints since the last completed one (and the last reset)."""
-        view = view or self.view()
-        floor = view.latest_completed.value if view.latest_completed else 0
-        reset = read_json(self.store, self.layout.failures_reset)
-        if reset is not None:
-            floor = max(floor, int(reset["after_id"]))
-        return sum(
-            1
-            for cid in view.ids(CheckpointStatus.ABORTED)
-            if cid.value > floor and view.records[cid].abort_reason.counts_as_failure  # type: ignore[union-attr]
-        )
+        return self.failures.consecutive_failures(view or self.view())
 
     def ensure_can_continue(self, view: PipelineView | None = None) -> None:
         """Raise ``TooManyFailures`` once consecutive failures exceed ``tolerable_failures``."""
-        view = view or self.view()
-        failures = self.consecutive_failures(view)
-        if failures > self.config.tolerable_failures:
-            raise TooManyFailures(
-                f"pipeline {self.config.pipeline!r}: {failures} consecutive checkpoint failures "
-                f"exceed tolerable_failures={self.config.tolerable_failures}; triggering is stopped. "
-                "Fix the cause, then reset the failure count (reset_failures) to resume"
-            )
+        self.failures.ensure_can_continue(view or self.view())
+
+    def reset_failures(self) -> None:
+        """A person acknowledges the failures: only later aborts count from now on."""
+        self.failures.reset(self.view(), self.now_ms())
 
     # ---- stop and resume (the coordinator deactivator) --------------------------------
 
     def suspend(self, reason: str) -> None:
         """Stop triggering (stop with savepoint): ``trigger`` refuses until ``resume``."""
-        self.store.put(self.layout.stopped, _dumps({"reason": reason, "at_ms": self._now_ms()}))
+        self.store.put(self.layout.stopped, encode(StopRecord(reason, self.now_ms())))
 
-    def suspended(self) -> dict[str, Any] | None:
+    def suspended(self) -> StopRecord | None:
         """The stop record (reason, time) while triggering is stopped, else None."""
-        return read_json(self.store, self.layout.stopped)
+        return read(self.store, self.layout.stopped, StopRecord)
 
     def resume(self) -> None:
         """Allow triggering again (idempotent)."""
         self.store.delete(self.layout.stopped)
 
-    def reset_failures(self) -> None:
-        """A person acknowledges the failures: only later aborts count from now on."""
-        view = self.view()
-        after = view.max_id.value if view.max_id else 0
-        self.store.put(
-            self.layout.failures_reset, _dumps({"after_id": after, "at_ms": self._now_ms()})
-        )
-
     # ---- trigger --------------------------------------------------------------------
 
     def trigger_decision(self, view: PipelineView | None = None) -> TriggerDecision:
-        """Min pause, max concurrent and the failure stop, as the sensors check them."""
+        """Stop, failures, max concurrent and min pause, as the sensors check them."""
         view = view or self.view()
-        stop = self.suspended()
-        if stop is not None:
-            return TriggerDecision(
-                Verdict.SUSPENDED, f"stopped: {stop.get('reason', '')}; restore to resume"
-            )
-        failures = self.consecutive_failures(view)
-        if failures > self.config.tolerable_failures:
-            return TriggerDecision(Verdict.STOPPED, f"{failures} consecutive failures")
-        in_flight = len(view.pending) + len(view.ids(CheckpointStatus.COMPLETING))
-        limit = self.config.effective_max_concurrent
-        if in_flight >= limit:
-            return TriggerDecision(
-                Verdict.WAIT_MAX_CONCURRENT,
-                f"{in_flight} checkpoint(s) in flight, max_concurrent={limit}",
-            )
-        latest = view.latest_completed
-        if self.config.min_pause > 0 and latest is not None:
-            since = (self._now_ms() - view.metadata(latest).completed_time_ms) / 1000
-            if since < self.config.min_pause:
-                return TriggerDecision(
-                    Verdict.WAIT_MIN_PAUSE,
-                    f"{since:.1f}s since checkpoint {latest} completed, min_pause={self.config.min_pause}s",
-                    self.config.min_pause - since,
-                )
-        return TriggerDecision(Verdict.TRIGGER, "ok")
+        return decide(
+            view,
+            self.config,
+            stop=self.suspended(),
+            failures=self.consecutive_failures(view),
+            now_ms=self.now_ms(),
+        )
 
-    def start_point(self, view: PipelineView) -> tuple[dict[TopicPartition, int], int | None]:
-        """Offsets the next epoch starts from, and the checkpoint id it continues from.
+    def start_point(self, view: PipelineView) -> StartPoint:
+        """Offsets the next epoch starts from, and the checkpoint it continues from.
 
         The head of the chain is the highest pending or completed checkpoint; a restore
         marker written after it wins (re-basing on a savepoint or older checkpoint).
         """
-        live = view.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)
-        head = live[-1] if live else None
-        restore = read_json(self.store, self.layout.restore)
-        if restore is not None and (head is None or int(restore["after_id"]) >= head.value):
-            offsets = {TopicPartition.parse(k): int(v) for k, v in restore["offsets"].items()}
-            return offsets, None
+        head = view.head
+        marker = view.restore_marker
+        if marker is not None and marker.covers(head):
+            own = marker.pipeline_checkpoint
+            restored = view.records.get(own) if own is not None else None
+            live = restored is not None and restored.status is not CheckpointStatus.DISCARDED
+            return StartPoint(dict(marker.offsets), None, own if live else None)
         if head is None:
-            return {}, None
+            return StartPoint({}, None, None)
         if view.records[head].status is CheckpointStatus.COMPLETED:
-            return view.metadata(head).offsets, head.value
-        return Barrier.from_json(view.pending_record(head)["barrier"]).ends, head.value
+            return StartPoint(dict(view.metadata(head).offsets), head, head)
+        return StartPoint(view.pending_record(head).barrier.ends, head, head)
 
     def trigger(
         self,
@@ -247,7 +237,8 @@ class CheckpointCoordinator:
         if not decision.allowed:
             raise TriggerRefused(f"pipeline {self.config.pipeline!r}: {decision.reason}")
         # Step 2: start offsets.
-        starts, base = self.start_point(view)
+        start = self.start_point(view)
+        starts = dict(start.offsets)
         new = [tp for tp in end_offsets if tp not in starts]
         if new:
             if startup_offsets is None:
@@ -258,21 +249,21 @@ class CheckpointCoordinator:
             end_offsets = {tp: max(o, starts.get(tp, o)) for tp, o in end_offsets.items()}
         barrier = plan_barrier(starts, end_offsets, self.config.max_records_per_epoch)
         expected_set = frozenset(expected)
-        now = self._now_ms()
-        record = {
-            "pipeline": self.config.pipeline,
-            "barrier": barrier.to_json(),
-            "trigger_time_ms": now,
-            "expected": sorted(str(t) for t in expected_set),
-            "base": base,
-            "writer": self.token,
-            "labels": dict(labels or {}),
-        }
+        now = self.now_ms()
         # Step 4: allocate the next free id.
         cid = view.max_id.next() if view.max_id else CheckpointId(1)
         while True:
-            record["checkpoint_id"] = cid.value
-            if write_once(self.store, self.layout.pending(cid), _dumps(record)) is WriteOutcome.OK:
+            record = PendingRecord(
+                pipeline=self.config.pipeline,
+                checkpoint_id=cid,
+                barrier=barrier,
+                trigger_time_ms=now,
+                expected=expected_set,
+                base=start.base,
+                writer=self.token,
+                labels=dict(labels or {}),
+            )
+            if write_once(self.store, self.layout.pending(cid), encode(record)) is WriteOutcome.OK:
                 break
             cid = cid.next()
         # Step 5: a racing trigger may have allocated a lower id meanwhile.
@@ -294,10 +285,10 @@ class CheckpointCoordinator:
 
     def barrier(self, cid: CheckpointId) -> Barrier:
         """Barrier n: the offset ranges checkpoint n processes (held in its ``_pending``)."""
-        data = read_json(self.store, self.layout.pending(cid))
-        if data is None:
+        record = read(self.store, self.layout.pending(cid), PendingRecord)
+        if record is None:
             raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} does not exist")
-        return Barrier.from_json(data["barrier"])
+        return record.barrier
 
     def begin_attempt(self, cid: CheckpointId) -> int:
         """Start a new processing attempt of a pending checkpoint; older attempts' acks stop counting."""
@@ -306,11 +297,32 @@ class CheckpointCoordinator:
         if record is None or record.status is not CheckpointStatus.PENDING:
             raise CheckpointNotFound(f"checkpoint {cid} is not pending")
         attempt = record.attempt + 1
-        while (
-            write_once(self.store, self.layout.attempt(cid, attempt), b"{}") is not WriteOutcome.OK
-        ):
+        while True:
+            marker = encode(AttemptRecord(attempt, self.token, self.now_ms()))
+            if write_once(self.store, self.layout.attempt(cid, attempt), marker) is WriteOutcome.OK:
+                return attempt
             attempt += 1
-        return attempt
+
+    def plan(self, cid: CheckpointId) -> EpochPlan:
+        """Begin a new attempt of pending checkpoint ``cid`` and hand the engine its plan.
+
+        Steps: 1. begin the attempt (acks of older attempts stop counting); 2. read the
+        checkpoint once: barrier, trigger time, expected tasks, the state to restore.
+
+        Raises:
+            CheckpointNotFound: ``cid`` is not pending, or the state it continues from is gone.
+        """
+        # Step 1: the attempt.
+        attempt = self.begin_attempt(cid)
+        # Step 2: one read of everything the epoch needs.
+        return epoch_plan(
+            self.view(),
+            cid,
+            attempt,
+            incremental=self.config.incremental,
+            mode=self.config.mode,
+            max_parallelism=self.config.max_parallelism,
+        )
 
     # ---- acks -----------------------------------------------------------------------
 
@@ -321,46 +333,29 @@ class CheckpointCoordinator:
         record = view.records.get(cid)
         if record is None or record.status is not CheckpointStatus.PENDING:
             raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} is not pending")
+        return self._replayed(view, cid, record.attempt)
+
+    def _replayed(self, view: PipelineView, cid: CheckpointId, attempt: int) -> PendingCheckpoint:
         pending = PendingCheckpoint(
-            cid, view.trigger_time_ms(cid), view.expected_tasks(cid), record.attempt
+            cid, view.trigger_time_ms(cid), view.expected_tasks(cid), attempt
         )
-        prefix = self.layout.acks(cid, record.attempt)
-        acks = []
-        for key in record.keys:
-            if key.startswith(prefix):
-                data = read_json(self.store, key)
-                if data is not None:
-                    acks.append(Ack.from_json(data))
-        pending.replay(acks)
+        pending.replay(view.acks(cid, attempt))
         return pending
 
     def acknowledge(self, cid: CheckpointId, ack: Ack) -> AckResult:
         """Record a task's ack (put-if-absent, so a repeated ack is a DUPLICATE)."""
-        view = self.view()
-        record = view.records.get(cid)
-        if record is None or record.status is not CheckpointStatus.PENDING:
-            return AckResult.DISCARDED
-        if ack.attempt < record.attempt:
-            return AckResult.DISCARDED
-        if ack.task not in view.expected_tasks(cid) or ack.attempt > record.attempt:
-            return AckResult.UNKNOWN
-        outcome = write_once(
-            self.store, self.layout.ack(cid, ack.attempt, ack.task), _dumps(ack.to_json())
-        )
-        return AckResult.SUCCESS if outcome is WriteOutcome.OK else AckResult.DUPLICATE
+        return acknowledge(self.store, self.layout, cid, ack)
 
     # ---- abort ----------------------------------------------------------------------
 
+    def outcome(self, cid: CheckpointId) -> OutcomeRecord | None:
+        """Checkpoint ``cid``'s ``_outcome``, if one was decided."""
+        return read(self.store, self.layout.outcome(cid), OutcomeRecord)
+
     def abort(self, cid: CheckpointId, reason: AbortReason, detail: str = "") -> AbortOutcome:
         """Decide ABORTED for ``cid`` unless an outcome was decided already."""
-        body = {
-            "outcome": "ABORTED",
-            "reason": reason.value,
-            "detail": detail,
-            "at_ms": self._now_ms(),
-            "writer": self.token,
-        }
-        if write_once(self.store, self.layout.outcome(cid), _dumps(body)) is WriteOutcome.OK:
+        body = OutcomeRecord.aborted(reason, detail, self.now_ms(), self.token)
+        if write_once(self.store, self.layout.outcome(cid), encode(body)) is WriteOutcome.OK:
             log.warning(
                 "checkpoint %s of %s aborted: %s %s",
                 cid,
@@ -375,15 +370,15 @@ class CheckpointCoordinator:
                 cleanup_checkpoint(self.store, self.layout, cid, keep=set())
                 self._abort_dependents(cid)
             return AbortOutcome.ABORTED
-        current = read_json(self.store, self.layout.outcome(cid)) or {}
-        if current.get("outcome") == "COMPLETED":
+        current = self.outcome(cid)
+        if current is not None and current.completed:
             return AbortOutcome.ALREADY_COMPLETED
         return AbortOutcome.ALREADY_ABORTED
 
     def _abort_dependents(self, cid: CheckpointId) -> None:
         view = self.view()
         for other in view.pending:
-            if other > cid and view.pending_record(other).get("base") == cid.value:
+            if other > cid and view.pending_record(other).base == cid:
                 self.abort(
                     other, AbortReason.BASE_ABORTED, f"continued from aborted checkpoint {cid}"
                 )
@@ -391,7 +386,7 @@ class CheckpointCoordinator:
     def abort_expired(self) -> list[CheckpointId]:
         """Abort every pending checkpoint older than the checkpoint timeout."""
         view = self.view()
-        now, timeout = self._now_ms(), int(self.config.timeout * 1000)
+        now, timeout = self.now_ms(), int(self.config.timeout * 1000)
         expired = [c for c in view.pending if now - view.trigger_time_ms(c) > timeout]
         return [
             c
@@ -403,47 +398,54 @@ class CheckpointCoordinator:
     def abort_declined(self, cid: CheckpointId, detail: str) -> AbortOutcome:
         return self.abort(cid, AbortReason.DECLINED, detail)
 
+    def expire_if_late(self, cid: CheckpointId) -> CheckpointExpired | None:
+        """Abort pending ``cid`` as EXPIRED once its timeout has passed.
+
+        Returns the error to report when ``cid`` is now aborted (by this call or by
+        another writer), else None: within its timeout, or completed meanwhile.
+        """
+        view = self.view()
+        if self.now_ms() - view.trigger_time_ms(cid) <= self.config.timeout * 1000:
+            return None
+        self.abort(cid, AbortReason.EXPIRED, f"timeout {self.config.timeout}s")
+        if self.view().records[cid].status is not CheckpointStatus.ABORTED:
+            return None
+        return CheckpointExpired(
+            f"checkpoint {cid} of {self.config.pipeline!r} expired: not complete within "
+            f"timeout={self.config.timeout}s of its trigger (aborted as EXPIRED; the next "
+            "epoch re-reads its range)"
+        )
+
     # ---- complete -------------------------------------------------------------------
 
     def finish_completing(self, view: PipelineView | None = None) -> None:
         """Write ``_metadata`` for checkpoints whose COMPLETED outcome was claimed by a writer that died."""
         view = view or self.view()
         for cid in view.ids(CheckpointStatus.COMPLETING):
-            outcome = view.records[cid].outcome or {}
-            self._write_metadata(view, cid, int(outcome["attempt"]))
+            outcome = view.records[cid].outcome
+            assert outcome is not None and outcome.attempt is not None
+            self._write_metadata(view, cid, outcome.attempt)
 
     def _write_metadata(
         self, view: PipelineView, cid: CheckpointId, attempt: int
     ) -> CheckpointMetadata:
-        pending = (
-            self.load_pending(cid, view)
-            if view.records[cid].status is CheckpointStatus.PENDING
-            else None
-        )
-        if pending is None:  # COMPLETING: rebuild from the claimed attempt's acks
-            pending = PendingCheckpoint(
-                cid, view.trigger_time_ms(cid), view.expected_tasks(cid), attempt
-            )
-            prefix = self.layout.acks(cid, attempt)
-            pending.replay(
-                Ack.from_json(read_json(self.store, k) or {})
-                for k in view.records[cid].keys
-                if k.startswith(prefix)
-            )
+        # A pending checkpoint replays its current attempt; a COMPLETING one the claimed one.
+        pending = self._replayed(view, cid, attempt)
         if pending.missing:
             raise AcksMissing(
                 f"checkpoint {cid} lacks acks from {sorted(map(str, pending.missing))}"
             )
+        record = view.pending_record(cid)
         meta = CheckpointMetadata(
             pipeline=self.config.pipeline,
             checkpoint_id=cid,
             attempt=attempt,
-            barrier=self.barrier(cid),
+            barrier=record.barrier,
             acks=dict(pending.acks),
             trigger_time_ms=pending.trigger_time_ms,
-            completed_time_ms=self._now_ms(),
+            completed_time_ms=self.now_ms(),
             config=self.config.to_mapping(),
-            base=view.pending_record(cid).get("base"),
+            base=None if record.base is None else record.base.value,
             writer=self.token,
         )
         key = self.layout.metadata(cid)
@@ -483,17 +485,14 @@ class CheckpointCoordinator:
                 f"{', '.join(sorted(map(str, pending.missing)))}"
             )
         # Step 2: claim the outcome (if n was aborted meanwhile, nothing else changes).
-        claim = {
-            "outcome": "COMPLETED",
-            "attempt": pending.attempt,
-            "at_ms": self._now_ms(),
-            "writer": self.token,
-        }
-        if write_once(self.store, self.layout.outcome(cid), _dumps(claim)) is not WriteOutcome.OK:
-            current = read_json(self.store, self.layout.outcome(cid)) or {}
+        claim = OutcomeRecord.completed_by(pending.attempt, self.now_ms(), self.token)
+        if write_once(self.store, self.layout.outcome(cid), encode(claim)) is not WriteOutcome.OK:
+            current = self.outcome(cid)
+            decided = "" if current is None else current.outcome.value
+            if current is not None and current.reason is not None:
+                decided += f" {current.reason.value}"
             raise CommitConflict(
-                f"checkpoint {cid} was already decided by another writer: {current.get('outcome')} "
-                f"{current.get('reason', '')}".strip()
+                f"checkpoint {cid} was already decided by another writer: {decided}".strip()
             )
         # Step 3: every lower pending id gets an outcome: SUBSUMED (put-if-absent, so one
         # that claimed COMPLETED first keeps its claim) ...
@@ -517,12 +516,12 @@ class CheckpointCoordinator:
         commit_offsets: Callable[[Mapping[TopicPartition, int]], None] | None = None,
         commit_sinks: Callable[[CheckpointMetadata], None] | None = None,
     ) -> None:
-        """notifyCheckpointComplete: group offsets, cleanup, retention. Idempotent.
+        """notifyCheckpointComplete: sinks, group offsets, cleanup, retention. Idempotent.
 
         Steps: 0. commit the sinks (publish what the epoch staged); 1. commit the group
-        offsets (only for the latest completed checkpoint,
-        so committed offsets never move back; I1); 2. delete files of checkpoint ``cid``
-        that its ``_metadata`` does not reference; 3. mark notified; 4. apply retention.
+        offsets (only for the latest completed checkpoint, so committed offsets never
+        move back; I1); 2. delete files of checkpoint ``cid`` that its ``_metadata`` does
+        not reference; 3. mark notified; 4. apply retention.
         """
         view = self.view()
         record = view.records.get(cid)
@@ -540,6 +539,6 @@ class CheckpointCoordinator:
         # Step 2: leftovers of other attempts and the acks (now inside _metadata).
         cleanup_checkpoint(self.store, self.layout, cid, keep={h.key for h in meta.handles})
         # Step 3: mark notified (before retention, which may drop ``cid`` itself).
-        self.store.put(self.layout.notified(cid), _dumps({"at_ms": self._now_ms()}))
+        self.store.put(self.layout.notified(cid), encode(NotifiedRecord(self.now_ms())))
         # Step 4: retention.
         enforce_retention(self.store, self.layout, self.config.retained)

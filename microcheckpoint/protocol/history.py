@@ -11,16 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from microcheckpoint.errors import MetadataFormatError
-from microcheckpoint.protocol.barrier import Barrier
+from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.records import StopRecord, read
 from microcheckpoint.protocol.savepoints import list_savepoints
-from microcheckpoint.protocol.view import CheckpointStatus, read_json, scan
+from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["checkpoint_history"]
 
 
-def _row(view: Any, cid: Any) -> dict[str, Any]:
+def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
     record = view.records[cid]
     row: dict[str, Any] = {
         "id": cid.value,
@@ -32,18 +33,21 @@ def _row(view: Any, cid: Any) -> dict[str, Any]:
         pending = view.pending_record(cid)
     except MetadataFormatError:
         return row
-    barrier = Barrier.from_json(pending["barrier"])
+    barrier = pending.barrier
     row.update(
-        trigger_time_ms=int(pending["trigger_time_ms"]),
+        trigger_time_ms=pending.trigger_time_ms,
         records=barrier.record_count,
         ranges={str(tp): [r.start, r.end] for tp, r in sorted(barrier.ranges.items())},
-        labels=pending.get("labels") or {},
-        base=pending.get("base"),
+        labels=dict(pending.labels),
+        base=None if pending.base is None else pending.base.value,
     )
-    outcome = record.outcome or {}
-    if record.status is CheckpointStatus.ABORTED:
-        row.update(reason=outcome.get("reason"), detail=outcome.get("detail", ""))
-        row["end_time_ms"] = outcome.get("at_ms")
+    outcome = record.outcome
+    if record.status is CheckpointStatus.ABORTED and outcome is not None:
+        row.update(
+            reason=None if outcome.reason is None else outcome.reason.value,
+            detail=outcome.detail,
+        )
+        row["end_time_ms"] = outcome.at_ms
     if record.status is CheckpointStatus.COMPLETED:
         meta = view.metadata(cid)
         row.update(
@@ -65,13 +69,14 @@ def checkpoint_history(store: ObjectStore, pipeline: str) -> dict[str, Any]:
         for cid in sorted(view.records, reverse=True)
         if view.records[cid].status is not CheckpointStatus.DISCARDED
     ]
-    restore = read_json(store, layout.restore)
+    restore = view.restore_marker
+    stopped = read(store, layout.stopped, StopRecord)
     return {
         "pipeline": pipeline,
         "storage": store.url,
         "checkpoints": rows,
         "latest_completed": view.latest_completed.value if view.latest_completed else None,
         "savepoints": [store.child_url(p.rstrip("/")) for p in list_savepoints(store, pipeline)],
-        "restored_from": None if restore is None else restore.get("source"),
-        "stopped": read_json(store, layout.stopped),
+        "restored_from": None if restore is None else restore.source,
+        "stopped": None if stopped is None else stopped.to_json(),
     }

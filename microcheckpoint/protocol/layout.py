@@ -63,6 +63,10 @@ class Layout:
     def ack(self, cid: CheckpointId, attempt: int, task: TaskId) -> str:
         return self.acks(cid, attempt) + f"{task}.json"
 
+    def sink_part(self, cid: CheckpointId, task: TaskId, attempt: int) -> str:
+        """Where sink subtask ``task`` stages its output of one attempt (EXACTLY_ONCE)."""
+        return self.chk(cid) + f"sink/{task.uid}/part-{task.subtask:05d}-a{attempt:05d}.jsonl"
+
     def state_prefix(self, cid: CheckpointId, attempt: int, task: TaskId) -> str:
         """Where a task writes state files for one attempt (unique per attempt)."""
         return self.chk(cid) + f"state/{task.uid}/{task.subtask:05d}-a{attempt:05d}/"

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
-from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.state.handles import StateHandle
+from microcheckpoint.protocol.records import Ack
 
-__all__ = ["Ack", "AckResult", "PendingCheckpoint"]
+__all__ = ["AckResult", "PendingCheckpoint"]
 
 
 class AckResult(Enum):
@@ -23,47 +21,6 @@ class AckResult(Enum):
     DISCARDED = (
         "discarded"  # the checkpoint is no longer pending, or the ack is from an old attempt
     )
-
-
-@dataclass(frozen=True)
-class Ack:
-    """A task's acknowledgement: its snapshot's handles and small inline state.
-
-    ``operator_state`` is JSON-able state small enough to live in ``_metadata``
-    (for example a source subtask's ``{"topic:partition": next_offset}``).
-    """
-
-    task: TaskId
-    attempt: int
-    handles: tuple[StateHandle, ...] = ()
-    operator_state: Mapping[str, Any] = field(default_factory=dict)
-    duration_ms: int = 0
-
-    @property
-    def size(self) -> int:
-        return sum(h.size for h in self.handles)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "task": str(self.task),
-            "attempt": self.attempt,
-            "handles": [h.to_json() for h in self.handles],
-            "operator_state": dict(self.operator_state),
-            "duration_ms": self.duration_ms,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Ack:
-        try:
-            return cls(
-                TaskId.parse(data["task"]),
-                int(data["attempt"]),
-                tuple(StateHandle.from_json(h) for h in data.get("handles", ())),
-                dict(data.get("operator_state", {})),
-                int(data.get("duration_ms", 0)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MetadataFormatError(f"ack is malformed: {exc}") from exc
 
 
 @dataclass

@@ -8,14 +8,13 @@ retained checkpoint, no in-flight checkpoint's ack and no active restore referen
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol import layout as names
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.pending import Ack
-from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, read_json, scan
+from microcheckpoint.protocol.records import Ack, read
+from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["cleanup_checkpoint", "enforce_retention", "reference_counts"]
@@ -39,38 +38,48 @@ def cleanup_checkpoint(
     return deleted
 
 
-def _restore_marker(store: ObjectStore, layout: Layout) -> dict | None:
-    return read_json(store, layout.restore)
-
-
 def reference_counts(view: PipelineView, retained: int) -> tuple[set[CheckpointId], Counter[str]]:
-    """The checkpoints retention keeps, and how many of them (or in-flight acks) reference each file."""
+    """The checkpoints retention keeps, and how many of them (or in-flight acks) reference each file.
+
+    Kept: the newest ``retained`` completed checkpoints, the completed base of every
+    checkpoint in flight, and, until a checkpoint after a restore completes, the restored
+    checkpoint and every file of the restored point.
+    """
     completed = view.completed
     kept = set(completed[-retained:])
-    in_flight = view.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETING)
+    in_flight = view.in_flight
     for cid in in_flight:
-        base = view.pending_record(cid).get("base")
-        base_record = view.records.get(CheckpointId(base)) if base is not None else None
+        base = view.pending_record(cid).base
+        base_record = view.records.get(base) if base is not None else None
         if base_record is not None and base_record.status is CheckpointStatus.COMPLETED:
             kept.add(base_record.checkpoint_id)
-    marker = _restore_marker(view.store, view.layout)
-    if marker is not None and marker.get("pipeline_checkpoint") is not None:
-        since = [c for c in completed if c.value > int(marker["after_id"])]
-        restored = CheckpointId(int(marker["pipeline_checkpoint"]))
-        if not since and restored in view.records:
-            kept.add(restored)
+    marker = view.restore_marker
+    if marker is not None and any(c.value > marker.after_id for c in completed):
+        marker = None  # a checkpoint after the restore completed: the point is not needed
+    if marker is not None:
+        own = marker.pipeline_checkpoint
+        if own is not None and own in view.records:
+            kept.add(own)
     refs: Counter[str] = Counter()
     for cid in kept:
         refs.update(h.key for h in view.metadata(cid).handles)
-    if marker is not None and not [c for c in completed if c.value > int(marker["after_id"])]:
-        refs.update(marker.get("handle_keys", ()))
+    if marker is not None:
+        refs.update(marker.handle_keys)
     for cid in in_flight:
-        for key in view.records[cid].keys:
-            if "/acks/" in key:
-                obj = view.store.get(key)
-                if obj is not None:
-                    refs.update(h.key for h in Ack.from_json(json.loads(obj.data)).handles)
+        for attempt_acks in _all_acks(view, cid):
+            refs.update(h.key for h in attempt_acks.handles)
     return kept, refs
+
+
+def _all_acks(view: PipelineView, cid: CheckpointId) -> list[Ack]:
+    """Every ack stored under ``chk-<n>/acks/`` (all attempts)."""
+    found = []
+    for key in view.records[cid].keys:
+        if "/acks/" in key:
+            ack = read(view.store, key, Ack)
+            if ack is not None:
+                found.append(ack)
+    return found
 
 
 def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list[CheckpointId]:

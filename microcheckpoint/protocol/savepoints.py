@@ -12,12 +12,10 @@ reference them from incremental checkpoints (so they must stay while referenced)
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from enum import Enum
 
 from microcheckpoint.errors import (
     CheckpointNotFound,
@@ -27,7 +25,14 @@ from microcheckpoint.errors import (
 )
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.metadata import CheckpointMetadata, decode_metadata, encode_metadata
+from microcheckpoint.protocol.records import (
+    CheckpointMetadata,
+    ClaimMode,
+    RestoreMarker,
+    encode,
+    encode_metadata,
+    read_point_metadata,
+)
 from microcheckpoint.protocol.view import PipelineView, scan
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
@@ -44,11 +49,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class ClaimMode(str, Enum):
-    NO_CLAIM = "NO_CLAIM"
-    CLAIM = "CLAIM"
 
 
 @dataclass(frozen=True)
@@ -123,13 +123,7 @@ def create_savepoint(
 def read_savepoint(store: ObjectStore, prefix: str) -> RestorePoint:
     """Read the savepoint (or checkpoint) folder ``prefix`` in ``store``."""
     prefix = prefix.rstrip("/") + "/"
-    key = prefix + "_metadata"
-    obj = store.get(key)
-    if obj is None:
-        raise CheckpointNotFound(
-            f"no _metadata at {store.child_url(key)}; give the folder of a savepoint or checkpoint"
-        )
-    meta = decode_metadata(obj.data, store.child_url(key))
+    meta = read_point_metadata(store, prefix)
     return RestorePoint(store.child_url(prefix.rstrip("/")), meta, store, prefix)
 
 
@@ -237,7 +231,7 @@ def restore(
     point: RestorePoint,
     claim_mode: ClaimMode,
     parallelism: int | None = None,
-) -> dict:
+) -> RestoreMarker:
     """Re-base ``pipeline`` on ``point``: the next checkpoint starts from its offsets and state.
 
     Steps: 1. a point in another storage location (another bucket or folder) is first
@@ -252,22 +246,21 @@ def restore(
         point = _import_point(store, layout, point)
     view = scan(store, layout)
     own = point.prefix.startswith(layout.root + "chk-")
-    marker = {
-        "source": point.location,
-        "prefix": point.prefix,
-        "kind": point.metadata.kind,
-        "checkpoint_id": point.metadata.checkpoint_id.value,
-        "pipeline_checkpoint": point.metadata.checkpoint_id.value if own else None,
-        "claim_mode": ClaimMode(claim_mode).value,
-        "first_snapshot_full": ClaimMode(claim_mode) is ClaimMode.NO_CLAIM,
-        "after_id": view.max_id.value if view.max_id else 0,
-        "offsets": {str(tp): off for tp, off in sorted(point.metadata.offsets.items())},
-        "handle_keys": point.handle_keys(),
-        "note": point.note,
-        "parallelism": parallelism,
-    }
+    marker = RestoreMarker(
+        source=point.location,
+        prefix=point.prefix,
+        point_kind=point.metadata.kind,
+        checkpoint_id=point.metadata.checkpoint_id.value,
+        pipeline_checkpoint=point.metadata.checkpoint_id if own else None,
+        claim_mode=ClaimMode(claim_mode),
+        after_id=view.max_id.value if view.max_id else 0,
+        offsets=dict(point.metadata.offsets),
+        handle_keys=tuple(point.handle_keys()),
+        note=point.note,
+        parallelism=parallelism,
+    )
     # Step 2: the marker.
-    store.put(layout.restore, json.dumps(marker, sort_keys=True).encode())
+    store.put(layout.restore, encode(marker))
     return marker
 
 

@@ -2,23 +2,31 @@
 
 Everything the coordinator knows is derived from checkpoint storage, so a coordinator
 that crashes and restarts (a new Airflow task) sees exactly what the old one left.
+``scan`` lists ``<pipeline>/chk-*`` once; records are read lazily and at most once.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol import layout as names
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.metadata import CheckpointMetadata, decode_metadata
+from microcheckpoint.protocol.records import (
+    AbortReason,
+    Ack,
+    CheckpointMetadata,
+    OutcomeRecord,
+    PendingRecord,
+    RestoreMarker,
+    decode_metadata,
+    read,
+)
 from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["AbortReason", "CheckpointRecord", "CheckpointStatus", "PipelineView", "scan"]
+__all__ = ["CheckpointRecord", "CheckpointStatus", "PipelineView", "scan"]
 
 
 class CheckpointStatus(Enum):
@@ -29,32 +37,6 @@ class CheckpointStatus(Enum):
     DISCARDED = "DISCARDED"  # only state files still referenced by newer checkpoints remain
 
 
-class AbortReason(Enum):
-    EXPIRED = "EXPIRED"  # not acknowledged within the checkpoint timeout
-    DECLINED = "DECLINED"  # a task failed or declined
-    SUBSUMED = "SUBSUMED"  # a newer checkpoint completed first
-    TRIGGER_REFUSED = "TRIGGER_REFUSED"  # lost a race against max_concurrent
-    BASE_ABORTED = "BASE_ABORTED"  # the checkpoint it continued from was aborted
-
-    @property
-    def counts_as_failure(self) -> bool:
-        """Only expired and declined checkpoints count toward ``tolerable_failures``."""
-        return self in (AbortReason.EXPIRED, AbortReason.DECLINED)
-
-
-def read_json(store: ObjectStore, key: str) -> dict[str, Any] | None:
-    obj = store.get(key)
-    if obj is None:
-        return None
-    try:
-        value = json.loads(obj.data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MetadataFormatError(f"{store.child_url(key)} is corrupt: {exc}") from exc
-    if not isinstance(value, dict):
-        raise MetadataFormatError(f"{store.child_url(key)} is not a JSON object")
-    return value
-
-
 @dataclass
 class CheckpointRecord:
     """One ``chk-<n>/`` folder as found in storage."""
@@ -63,15 +45,15 @@ class CheckpointRecord:
     status: CheckpointStatus
     keys: list[str]
     attempt: int = 0
-    outcome: dict[str, Any] | None = None
+    outcome: OutcomeRecord | None = None
     notified: bool = False
-    _pending: dict[str, Any] | None = field(default=None, repr=False)
+    _pending: PendingRecord | None = field(default=None, repr=False)
 
     @property
     def abort_reason(self) -> AbortReason | None:
         if self.status is not CheckpointStatus.ABORTED or self.outcome is None:
             return None
-        return AbortReason(self.outcome["reason"])
+        return self.outcome.reason
 
 
 class PipelineView:
@@ -82,6 +64,7 @@ class PipelineView:
         self.layout = layout
         self.records = {r.checkpoint_id: r for r in records}
         self._metadata: dict[CheckpointId, CheckpointMetadata] = {}
+        self._restore: list[RestoreMarker | None] = []
 
     def ids(self, *statuses: CheckpointStatus) -> list[CheckpointId]:
         return sorted(c for c, r in self.records.items() if not statuses or r.status in statuses)
@@ -93,6 +76,11 @@ class PipelineView:
     @property
     def completed(self) -> list[CheckpointId]:
         return self.ids(CheckpointStatus.COMPLETED)
+
+    @property
+    def in_flight(self) -> list[CheckpointId]:
+        """Pending checkpoints and claimed completions whose ``_metadata`` is not written yet."""
+        return self.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETING)
 
     @property
     def latest_completed(self) -> CheckpointId | None:
@@ -109,20 +97,38 @@ class PipelineView:
         )
         return allocated[-1] if allocated else None
 
-    def pending_record(self, cid: CheckpointId) -> dict[str, Any]:
+    @property
+    def head(self) -> CheckpointId | None:
+        """The highest pending or completed checkpoint: the chain the next trigger extends."""
+        live = self.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)
+        return live[-1] if live else None
+
+    def pending_record(self, cid: CheckpointId) -> PendingRecord:
+        """Checkpoint ``cid``'s ``_pending`` (its barrier, trigger time, expected tasks, base)."""
         record = self.records[cid]
         if record._pending is None:
-            data = read_json(self.store, self.layout.pending(cid))
-            if data is None:
+            pending = read(self.store, self.layout.pending(cid), PendingRecord)
+            if pending is None:
                 raise MetadataFormatError(f"{self.layout.pending(cid)} vanished")
-            record._pending = data
+            record._pending = pending
         return record._pending
 
     def expected_tasks(self, cid: CheckpointId) -> frozenset[TaskId]:
-        return frozenset(TaskId.parse(t) for t in self.pending_record(cid)["expected"])
+        return self.pending_record(cid).expected
 
     def trigger_time_ms(self, cid: CheckpointId) -> int:
-        return int(self.pending_record(cid)["trigger_time_ms"])
+        return self.pending_record(cid).trigger_time_ms
+
+    def acks(self, cid: CheckpointId, attempt: int) -> list[Ack]:
+        """The acks stored for attempt ``attempt`` of ``cid`` (as listed by ``scan``)."""
+        prefix = self.layout.acks(cid, attempt)
+        found = []
+        for key in self.records[cid].keys:
+            if key.startswith(prefix):
+                ack = read(self.store, key, Ack)
+                if ack is not None:
+                    found.append(ack)
+        return found
 
     def metadata(self, cid: CheckpointId) -> CheckpointMetadata:
         if cid not in self._metadata:
@@ -132,6 +138,13 @@ class PipelineView:
                 raise MetadataFormatError(f"{self.store.child_url(key)} is missing")
             self._metadata[cid] = decode_metadata(obj.data, self.store.child_url(key))
         return self._metadata[cid]
+
+    @property
+    def restore_marker(self) -> RestoreMarker | None:
+        """The pipeline's ``_restore`` marker, read once per view."""
+        if not self._restore:
+            self._restore.append(read(self.store, self.layout.restore, RestoreMarker))
+        return self._restore[0]
 
 
 def scan(store: ObjectStore, layout: Layout) -> PipelineView:
@@ -155,8 +168,8 @@ def scan(store: ObjectStore, layout: Layout) -> PipelineView:
         elif names.PENDING not in files:
             status = CheckpointStatus.DISCARDED  # dropped (retention deletes _pending first)
         elif names.OUTCOME in files:
-            outcome = read_json(store, layout.outcome(cid))
-            completed = outcome is not None and outcome.get("outcome") == "COMPLETED"
+            outcome = read(store, layout.outcome(cid), OutcomeRecord)
+            completed = outcome is not None and outcome.completed
             status = CheckpointStatus.COMPLETING if completed else CheckpointStatus.ABORTED
         else:
             status = CheckpointStatus.PENDING

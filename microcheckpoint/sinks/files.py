@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from microcheckpoint.errors import ConfigError
+from microcheckpoint.errors import ConfigError, StorageError
 from microcheckpoint.sinks.base import EpochInfo, Row, Sink
 from microcheckpoint.storage import ObjectStore, WriteOutcome, open_store, write_once
 
@@ -133,8 +133,6 @@ def read_committed(
         for entry in body["files"]:
             data = store.get(entry["key"])
             if data is None:
-                raise FileNotFoundError(
-                    f"{store.child_url(entry['key'])} listed by {key} is missing"
-                )
+                raise StorageError(f"{store.child_url(entry['key'])} listed by {key} is missing")
             rows.extend(_decode(data.data, body["format"]))
     return rows

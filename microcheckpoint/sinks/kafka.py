@@ -42,7 +42,7 @@ from kafka import errors as kerr
 from microcheckpoint.adapters.decoding import SourceRecord
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.kafka_reader import Split, read_split
-from microcheckpoint.errors import ConfigError, MicrocheckpointError
+from microcheckpoint.errors import ConfigError, KafkaSinkError
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.sinks.base import EpochInfo, Row, Sink
 
@@ -53,10 +53,6 @@ AT_LEAST_ONCE_PART_STRIDE = 1_000_000  # seq of row i of part p in AT_LEAST_ONCE
 
 # (seq, key, value) of one record to produce into a partition
 _Out = tuple[int, bytes | None, bytes]
-
-
-class KafkaSinkError(MicrocheckpointError):
-    """Publishing to Kafka failed; ``commit`` may be called again and publishes only the rest."""
 
 
 class KafkaSink(Sink):
@@ -211,7 +207,15 @@ class KafkaSink(Sink):
                     f"{sorted(row)}); fix value_columns"
                 )
             value = {c: row[c] for c in self.value_columns}
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+        try:
+            text = json.dumps(
+                value, separators=(",", ":"), ensure_ascii=False, default=_json_default
+            )
+        except (TypeError, ValueError) as exc:
+            raise KafkaSinkError(
+                f"Kafka sink {self.uid!r}: a row cannot be written as JSON ({exc}); convert the "
+                "column to a string or number before the sink"
+            ) from exc
         return key, text.encode("utf-8")
 
     def _headers(self, epoch: EpochInfo, seq: int) -> list[tuple[str, bytes]]:

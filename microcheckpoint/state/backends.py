@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from microcheckpoint.errors import ConfigError, MetadataFormatError, MicrocheckpointError
+from microcheckpoint.errors import ConfigError, MetadataFormatError, StateTooLarge
 
 __all__ = [
     "BACKENDS",
@@ -37,10 +37,6 @@ MEMORY_LIMIT_BYTES = 5 * 1024 * 1024
 
 # key (canonical JSON) -> (state value, last update time in ms)
 KeyGroupState = dict[str, tuple[Any, int]]
-
-
-class StateTooLarge(MicrocheckpointError):
-    """A ``memory`` snapshot exceeds its size limit."""
 
 
 def canonical_key(key: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from microcheckpoint.errors import ConfigError
+from microcheckpoint.errors import ConfigError, InvalidValue
 
 __all__ = ["key_group_for", "key_group_range", "subtask_for_key_group"]
 
@@ -35,7 +35,7 @@ def key_group_range(max_parallelism: int, parallelism: int, subtask: int) -> ran
     """The key groups subtask ``subtask`` of ``parallelism`` owns (contiguous, maybe empty)."""
     _check(max_parallelism, parallelism)
     if not 0 <= subtask < parallelism:
-        raise ValueError(f"subtask {subtask} is outside [0, {parallelism})")
+        raise InvalidValue(f"subtask {subtask} is outside [0, {parallelism})")
     start = (subtask * max_parallelism + parallelism - 1) // parallelism
     end = ((subtask + 1) * max_parallelism + parallelism - 1) // parallelism
     return range(start, end)
@@ -45,5 +45,5 @@ def subtask_for_key_group(max_parallelism: int, parallelism: int, key_group: int
     """The subtask of ``parallelism`` that owns ``key_group``."""
     _check(max_parallelism, parallelism)
     if not 0 <= key_group < max_parallelism:
-        raise ValueError(f"key group {key_group} is outside [0, {max_parallelism})")
+        raise InvalidValue(f"key group {key_group} is outside [0, {max_parallelism})")
     return key_group * parallelism // max_parallelism

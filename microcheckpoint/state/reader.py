@@ -9,7 +9,7 @@ from typing import Any
 from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.metadata import CheckpointMetadata
+from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.chains import cached_reader, key_group_chains, load_key_group
 from microcheckpoint.storage.port import ObjectStore

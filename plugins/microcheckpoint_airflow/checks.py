@@ -14,8 +14,10 @@ from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.ids import CheckpointId
-from microcheckpoint.protocol.coordinator import CheckpointCoordinator, Verdict
-from microcheckpoint.protocol.view import AbortReason, CheckpointStatus
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.decider import Verdict
+from microcheckpoint.protocol.records import AbortReason
+from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.storage import open_store
 
 __all__ = ["Check", "CheckState", "KINDS", "run_check"]
@@ -71,25 +73,10 @@ def check_concurrency(coord: CheckpointCoordinator, cid: CheckpointId | None) ->
     return _gate(coord, (Verdict.WAIT_MAX_CONCURRENT, Verdict.WAIT_MIN_PAUSE))
 
 
-def _deadline_passed(coord: CheckpointCoordinator, cid: CheckpointId) -> bool:
-    age_ms = int(coord.clock() * 1000) - coord.view().trigger_time_ms(cid)
-    return age_ms > coord.config.timeout * 1000
-
-
 def expire_if_late(coord: CheckpointCoordinator, cid: CheckpointId) -> Check | None:
     """Abort ``cid`` as EXPIRED when its timeout has passed; the FAIL to report, else None."""
-    if not _deadline_passed(coord, cid):
-        return None
-    coord.abort(cid, AbortReason.EXPIRED, f"timeout {coord.config.timeout}s")
-    status = coord.view().records[cid]
-    if status.status is CheckpointStatus.ABORTED:
-        return Check(
-            CheckState.FAIL,
-            f"checkpoint {cid} of {coord.config.pipeline!r} expired: not complete within "
-            f"timeout={coord.config.timeout}s of its trigger (aborted as EXPIRED; the next "
-            "epoch re-reads its range)",
-        )
-    return None
+    expired = coord.expire_if_late(cid)
+    return None if expired is None else Check(CheckState.FAIL, str(expired))
 
 
 def check_acks(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
@@ -123,10 +110,9 @@ def check_base_state(coord: CheckpointCoordinator, cid: CheckpointId | None) -> 
     """The checkpoint ``cid`` continues from has all its state (acked or completed)."""
     assert cid is not None
     view = coord.view()
-    base = view.pending_record(cid).get("base")
-    if base is None:
+    base_id = view.pending_record(cid).base
+    if base_id is None:
         return Check(CheckState.READY, "no base checkpoint")
-    base_id = CheckpointId(int(base))
     record = view.records.get(base_id)
     if record is None or record.status is CheckpointStatus.COMPLETED:
         return Check(CheckState.READY, f"base {base_id} completed")
@@ -141,7 +127,7 @@ def check_quiet(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check
     """No checkpoint is in flight (expired ones are aborted first)."""
     coord.abort_expired()
     view = coord.view()
-    busy = view.pending + view.ids(CheckpointStatus.COMPLETING)
+    busy = view.in_flight
     if busy:
         return Check(CheckState.WAIT, f"checkpoint(s) in flight: {[c.value for c in busy]}")
     return Check(CheckState.READY, "no checkpoint in flight")

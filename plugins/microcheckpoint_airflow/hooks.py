@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from microcheckpoint.errors import ConfigError
+from microcheckpoint.errors import ConfigError, ServiceError
 from microcheckpoint.storage import ObjectStore, open_store
 
 __all__ = [
@@ -172,12 +172,12 @@ class AirflowApiHook(BaseHook):
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:300]
-            raise RuntimeError(
+            raise ServiceError(
                 f"Airflow API {method} {url} answered {exc.code}: {detail}; check connection "
                 f"{self.api_conn_id!r} (address, login, password)"
             ) from exc
         except urllib.error.URLError as exc:
-            raise RuntimeError(
+            raise ServiceError(
                 f"Airflow API at {url} is unreachable ({exc.reason}); check connection "
                 f"{self.api_conn_id!r}"
             ) from exc

@@ -20,15 +20,19 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from microcheckpoint.config import BarrierPolicy, CheckpointingMode
+from microcheckpoint.config import BarrierPolicy
 from microcheckpoint.errors import (
+    CheckpointExpired,
+    CheckpointNotFound,
     CommitConflict,
     ConfigError,
     MicrocheckpointError,
     TriggerRefused,
 )
-from microcheckpoint.ids import CheckpointId, TopicPartition
-from microcheckpoint.protocol.coordinator import CheckpointCoordinator, Verdict
+from microcheckpoint.ids import CheckpointId
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.decider import Verdict
+from microcheckpoint.protocol.recovery import abort_failed_run, complete_checkpoint, start_epoch
 from microcheckpoint.protocol.retention import enforce_retention
 from microcheckpoint.protocol.savepoints import (
     ClaimMode,
@@ -36,8 +40,7 @@ from microcheckpoint.protocol.savepoints import (
     create_savepoint,
     restore,
 )
-from microcheckpoint.protocol.view import CheckpointStatus, read_json
-from microcheckpoint_airflow.checks import expire_if_late
+from microcheckpoint.protocol.source import group_committer
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.points import resolve_point, split_location
 from microcheckpoint_airflow.spec import PipelineSpec
@@ -94,130 +97,55 @@ class PipelineOperator(BaseOperator):
     def coordinator(self) -> CheckpointCoordinator:
         return CheckpointCoordinator(self.open_root(self.spec.config.storage), self.spec.config)
 
-    def parallelism(self, coord: CheckpointCoordinator) -> int:
-        """The DAG's parallelism, or the one the last restore asked for."""
-        marker = read_json(coord.store, coord.layout.restore) or {}
-        return int(marker.get("parallelism") or self.spec.parallelism)
-
-
-def _offset_committer(kafka: Any, group: str):
-    return lambda offsets: kafka.commit_group_offsets(group, dict(offsets))
-
-
-def _publisher(pipeline: Any, coord: CheckpointCoordinator) -> Any:
-    """The ``commit_sinks`` callback of ``notify`` (None in AT_LEAST_ONCE: sinks published
-    while processing), with the pipeline's sinks opened."""
-    from microcheckpoint.engine.runner import sink_committer
-
-    if coord.config.mode is not CheckpointingMode.EXACTLY_ONCE:
-        return None
-    for sink in pipeline.sinks:
-        sink.open()
-    return sink_committer(pipeline, coord.store)
-
 
 class TriggerCheckpointOperator(PipelineOperator):
-    """Allocate checkpoint n and write its barrier; returns n (XCom).
+    """Recover, then allocate checkpoint n and write its barrier; returns n (XCom).
 
-    Steps: 1. finish what an earlier run left (a claimed ``_metadata``, a missing
-    notify); 2. end offsets by barrier policy: ``latest`` = the high watermarks,
-    ``data_interval`` = the first offset at or after the run's data-interval end;
-    3. trigger (the coordinator re-checks min pause, max concurrent and failures).
+    The recovery path is the core's (``protocol.recovery.start_epoch``): finish a claimed
+    completion, notify completed checkpoints a failed run left, trigger by barrier policy.
     """
 
     def execute(self, context: Any) -> int:
-        from microcheckpoint.adapters.startup import startup_offsets
         from microcheckpoint.engine.runner import expected_tasks
+        from microcheckpoint.engine.sinkstage import sink_publisher
 
         coord = self.coordinator()
-        config = self.spec.config
         pipeline = self.spec.load_pipeline()
         with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
-            # Step 1: recovery.
-            coord.finish_completing()
-            view = coord.view()
-            for done in view.completed:
-                if not view.records[done].notified:
-                    self.log.warning("notifying completed checkpoint %s left by a failed run", done)
-                    coord.notify(
-                        done,
-                        _offset_committer(kafka, config.effective_group_id),
-                        _publisher(pipeline, coord),
-                    )
-            # Step 2: end offsets.
-            tps: list[TopicPartition] = []
-            for topic in config.topics or pipeline.source.topics:
-                tps.extend(kafka.partitions(topic))
-            labels: dict[str, Any] = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"]}
-            if config.barrier_policy is BarrierPolicy.DATA_INTERVAL:
-                start, end = context.get("data_interval_start"), context.get("data_interval_end")
-                if end is None:
-                    raise AirflowFailException(
-                        f"pipeline {config.pipeline!r} uses barrier_policy=data_interval, but run "
-                        f"{context['run_id']} has no data interval; use a scheduled run or a "
-                        "backfill, not a manual run without a logical date"
-                    )
-                ends = kafka.offsets_for_times(tps, int(end.timestamp() * 1000))
-                labels["data_interval"] = [start.isoformat(), end.isoformat()]
-                self._warn_if_not_contiguous(coord, start)
-            else:
-                ends = kafka.end_offsets(tps)
-            # Step 3: trigger.
-            parallelism = self.parallelism(coord)
             try:
-                pending = coord.trigger(
-                    expected_tasks(pipeline, parallelism),
-                    ends,
-                    lambda new: startup_offsets(kafka, config, new),
-                    behind="empty"
-                    if config.barrier_policy is BarrierPolicy.DATA_INTERVAL
-                    else "refuse",
-                    labels=labels,
+                start = start_epoch(
+                    coord,
+                    kafka,
+                    topics=self.spec.config.topics or pipeline.source.topics,
+                    expected=lambda p: expected_tasks(pipeline, p),
+                    default_parallelism=self.spec.parallelism,
+                    publish=sink_publisher(pipeline, coord.store, coord.config.mode),
+                    rerun_pending=False,
+                    interval=_data_interval(context, self.spec),
+                    labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
                 )
             except TriggerRefused as exc:
-                decision = coord.trigger_decision()
-                if decision.verdict is Verdict.SUSPENDED:
+                if coord.trigger_decision().verdict is Verdict.SUSPENDED:
                     raise AirflowSkipException(str(exc)) from exc
                 raise
             except MicrocheckpointError as exc:
                 raise AirflowFailException(str(exc)) from exc
-        barrier = coord.barrier(pending.checkpoint_id)
+        barrier = coord.barrier(start.checkpoint_id)
         self.log.info(
-            "checkpoint %s: %d records, parallelism %d, ranges %s",
-            pending.checkpoint_id,
+            "checkpoint %s: %d records, ranges %s",
+            start.checkpoint_id,
             barrier.record_count,
-            parallelism,
             {str(tp): [r.start, r.end] for tp, r in barrier.ranges.items()},
         )
-        return pending.checkpoint_id.value
+        return start.checkpoint_id.value
 
-    def _warn_if_not_contiguous(self, coord: CheckpointCoordinator, start: Any) -> None:
-        """Say so when this interval does not begin where the last checkpoint's ended.
 
-        The epoch still starts at the checkpointed offsets (nothing is skipped or read
-        twice), so it also reads any records of earlier intervals that no run covered.
-        """
-        view = coord.view()
-        live = view.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)
-        if not live:
-            return
-        head = live[-1]
-        marker = read_json(coord.store, coord.layout.restore)
-        if marker is not None and int(marker["after_id"]) >= head.value:
-            restored = marker.get("pipeline_checkpoint")  # None: a savepoint elsewhere
-            if restored is None or CheckpointId(int(restored)) not in view.records:
-                return
-            head = CheckpointId(int(restored))
-        labels = view.pending_record(head).get("labels") or {}
-        previous = (labels.get("data_interval") or [None, None])[1]
-        if previous and previous != start.isoformat():
-            self.log.warning(
-                "data interval starts at %s but checkpoint %s covered up to %s: this epoch "
-                "reads from the checkpointed offsets, including records before its interval",
-                start.isoformat(),
-                head,
-                previous,
-            )
+def _data_interval(context: Any, spec: PipelineSpec) -> tuple[Any, Any] | None:
+    """The run's data interval, for policy ``data_interval`` (None for a run without one)."""
+    if spec.config.barrier_policy is not BarrierPolicy.DATA_INTERVAL:
+        return None
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    return None if end is None else (start, end)
 
 
 class LocalEpochOperator(PipelineOperator):
@@ -233,14 +161,15 @@ class LocalEpochOperator(PipelineOperator):
 
         coord = self.coordinator()
         pipeline = self.spec.load_pipeline()
+        plan = coord.plan(self.cid())  # type: ignore[arg-type]
         bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
         spark = local_spark(self.master, app=f"microcheckpoint-{self.spec.name}")
         try:
             result = run_epoch(
                 spark,
                 pipeline,
-                coord,
-                self.cid(),  # type: ignore[arg-type]
+                plan,
+                coord.store,
                 bootstrap=bootstrap,
                 store_options=self.store_options(),
             )
@@ -311,33 +240,19 @@ class EpochSparkSubmitOperator(SparkSubmitOperator):
 
 
 class CompleteCheckpointOperator(PipelineOperator):
-    """The global ack: write ``_metadata`` of checkpoint n (idempotent on retry)."""
+    """The global ack: write ``_metadata`` of checkpoint n (idempotent on retry).
+
+    Missing acks raise ``AcksMissing``, which Airflow retries; an expired, aborted or
+    unknown checkpoint fails the task.
+    """
 
     def execute(self, context: Any) -> dict[str, Any]:
-        coord = self.coordinator()
-        cid = self.cid()
-        assert cid is not None
-        coord.finish_completing()  # a crashed earlier try may have claimed COMPLETED
-        view = coord.view()
-        record = view.records.get(cid)
-        if record is None:
-            raise AirflowFailException(
-                f"checkpoint {cid} of {self.spec.name!r} does not exist in {coord.store.url}"
-            )
-        if record.status is CheckpointStatus.PENDING:
-            late = expire_if_late(coord, cid)
-            if late is not None:
-                raise AirflowFailException(late.message)
         try:
-            meta = coord.complete(cid)
-        except CommitConflict as exc:
-            view = coord.view()
-            if view.records[cid].status is not CheckpointStatus.COMPLETED:
-                raise AirflowFailException(str(exc)) from exc
-            self.log.info("checkpoint %s was completed already (a retry)", cid)
-            meta = view.metadata(cid)
+            meta = complete_checkpoint(self.coordinator(), self.cid())  # type: ignore[arg-type]
+        except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
+            raise AirflowFailException(str(exc)) from exc
         return {
-            "checkpoint": cid.value,
+            "checkpoint": meta.checkpoint_id.value,
             "duration_ms": meta.duration_ms,
             "records": meta.barrier.record_count,
             "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
@@ -348,14 +263,12 @@ class NotifyCheckpointOperator(PipelineOperator):
     """notifyCheckpointComplete: sinks publish, group offsets move, retention (idempotent)."""
 
     def execute(self, context: Any) -> None:
+        from microcheckpoint.engine.sinkstage import sink_publisher
+
         coord = self.coordinator()
-        publish = _publisher(self.spec.load_pipeline(), coord)
+        publish = sink_publisher(self.spec.load_pipeline(), coord.store, coord.config.mode)
         with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
-            coord.notify(
-                self.cid(),  # type: ignore[arg-type]
-                _offset_committer(kafka, self.spec.config.effective_group_id),
-                publish,
-            )
+            coord.notify(self.cid(), group_committer(kafka, coord.config), publish)  # type: ignore[arg-type]
 
 
 class RetentionOperator(PipelineOperator):
@@ -377,15 +290,9 @@ class AbortCheckpointOperator(PipelineOperator):
     """
 
     def execute(self, context: Any) -> None:
-        coord = self.coordinator()
-        coord.abort_expired()
-        cid = self.cid()
-        if cid is not None:
-            record = coord.view().records.get(cid)
-            if record is not None and record.status is CheckpointStatus.PENDING:
-                coord.abort_declined(cid, f"a task of Airflow run {context['run_id']} failed")
+        detail = f"a task of Airflow run {context['run_id']} failed"
         try:
-            coord.ensure_can_continue()
+            abort_failed_run(self.coordinator(), self.cid(), detail)
         except MicrocheckpointError as exc:
             raise AirflowFailException(
                 f"{exc}. To resume, trigger DAG {self.spec.restore_dag_id} (point 'latest')"
@@ -519,10 +426,10 @@ class RestoreOperator(ValidateRestoreOperator):
             raise AirflowFailException(str(exc)) from exc
         coord.reset_failures()
         coord.resume()
-        self.log.info("pipeline %s re-based on %s", self.spec.name, marker["source"])
+        self.log.info("pipeline %s re-based on %s", self.spec.name, marker.source)
         return {
-            "source": marker["source"],
-            "offsets": marker["offsets"],
+            "source": marker.source,
+            "offsets": {str(tp): o for tp, o in sorted(marker.offsets.items())},
             "parallelism": parallelism,
         }
 
@@ -543,7 +450,7 @@ class SetPausedOperator(PipelineOperator):
         hook = AirflowApiHook(self.spec.api_conn_id)
         try:
             hook.set_paused(self.spec.dag_id, self.paused)
-        except (ConfigError, RuntimeError) as exc:
+        except MicrocheckpointError as exc:
             raise AirflowFailException(str(exc)) from exc
         self.log.info("%s %s", "paused" if self.paused else "unpaused", self.spec.dag_id)
         return self.paused

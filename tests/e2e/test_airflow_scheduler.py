@@ -33,6 +33,7 @@ from examples import wordcount
 from harness.airflow_stack import AirflowStack, start_airflow
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store, ensure_bucket
+from microcheckpoint.faults import SLOW_ENV
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.history import checkpoint_history
 from microcheckpoint.state.reader import read_keyed_state
@@ -112,7 +113,7 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client):
         "WORDCOUNT_HOURLY_START": T0.isoformat(),
         "WORDCOUNT_HOURLY_END": (T0 + timedelta(hours=3)).isoformat(),
         "WORDCOUNT_HOURLY_RETAINED": "100",
-        "MICROCHECKPOINT_SLOW_ONCE": str(tmp / "slow-once"),
+        SLOW_ENV: str(tmp / "slow-once"),
     }
     airflow = start_airflow(tmp / "airflow", kafka_bootstrap, s3_endpoint, env)
     try:

@@ -20,9 +20,9 @@ from microcheckpoint.adapters.s3 import S3Store
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.history import checkpoint_history
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.view import read_json
 from microcheckpoint.state.reader import read_keyed_state
 from tests.integration.airflow_support import dag_test, migrate
+from tests.stored import read_json
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ session's real broker and a file checkpoint store of its own:
 1. records for 8 keys, each with ``seq`` 1..M, go into a fresh 2-partition topic (one key
    stays in one partition, so its sequence is ordered);
 2. one clean epoch completes and is notified;
-3. the next run SIGKILLs its own driver at the crash point (``MICROCHECKPOINT_CRASH_AT``):
+3. the next run SIGKILLs its own driver at the crash point (``harness.faults.crash_env``):
    we check what storage and Kafka hold at that moment;
 4. runs without the crash follow until every record is consumed;
 5. the checked state per key is ``last == count == M, bad == 0`` (Flink's sequence check:
@@ -37,12 +37,14 @@ import psutil
 import pytest
 from kafka import KafkaProducer
 
+from harness.faults import crash_env
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.faults import CRASH_ENV
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.metadata import CheckpointMetadata, decode_metadata
+from microcheckpoint.protocol.records import CheckpointMetadata, decode_metadata
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import open_store
@@ -169,9 +171,9 @@ def run_epoch_job(
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "CRASH_TOPIC": topic,
     }
-    env.pop("MICROCHECKPOINT_CRASH_AT", None)
+    env.pop(CRASH_ENV, None)
     if crash_at is not None:
-        env["MICROCHECKPOINT_CRASH_AT"] = crash_at
+        env.update(crash_env(crash_at))
     cmd = [
         sys.executable,
         "spark_jobs/run_epoch.py",

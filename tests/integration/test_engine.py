@@ -22,7 +22,8 @@ from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine import KafkaSource, KeyedOperator, Pipeline, running_sum
-from microcheckpoint.engine.runner import EpochResult, run_cycle
+from microcheckpoint.engine.cycle import run_cycle
+from microcheckpoint.engine.runner import EpochResult
 from microcheckpoint.errors import CheckpointNotFound, ConfigError
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.layout import Layout

@@ -15,7 +15,7 @@ import pytest
 from examples import nexmark, wordcount
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.engine.runner import run_cycle
+from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import FileStore
 

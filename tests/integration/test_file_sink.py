@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.faults import crash_env
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.engine.runner import run_cycle
+from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.view import scan
 from microcheckpoint.sinks.base import EpochInfo
@@ -170,7 +171,7 @@ def test_engine_output_equals_a_failure_free_run_after_kill_between_metadata_and
         store,
         kafka_bootstrap,
         '{"max_records_per_epoch": 10}',
-        _env(topic, target, "crashed", MICROCHECKPOINT_CRASH_AT="after_metadata"),
+        _env(topic, target, "crashed", **crash_env("after_metadata")),
     )
     assert done.returncode == -signal.SIGKILL
     view = scan(store, Layout("crashed"))
@@ -200,7 +201,7 @@ def test_at_least_once_mode_loses_nothing_and_duplicates_only_replayed_epochs(
         store,
         kafka_bootstrap,
         '{"max_records_per_epoch": 10, "mode": "AT_LEAST_ONCE"}',
-        _env(topic, target, "alo", MICROCHECKPOINT_CRASH_AT="after_acks"),
+        _env(topic, target, "alo", **crash_env("after_acks")),
     )
     assert done.returncode == -signal.SIGKILL
     written_before_crash = read_committed(target, "alo", "totals")

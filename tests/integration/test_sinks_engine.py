@@ -20,13 +20,9 @@ from pyspark.sql import functions as F
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
-from microcheckpoint.engine.runner import (
-    expected_tasks,
-    run_cycle,
-    run_epoch,
-    sink_committer,
-)
-from microcheckpoint.engine.sinkstage import SinkContext, stage_part
+from microcheckpoint.engine.cycle import run_cycle
+from microcheckpoint.engine.runner import expected_tasks, run_epoch
+from microcheckpoint.engine.sinkstage import SinkContext, sink_publisher, stage_part
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.storage import FileStore
 
@@ -92,7 +88,8 @@ def _process_first_epoch(spark, pipeline, coordinator, topic, bootstrap):
         pending = coordinator.trigger(
             expected_tasks(pipeline, 2), kafka.end_offsets(tps), lambda new: dict.fromkeys(new, 0)
         )
-    run_epoch(spark, pipeline, coordinator, pending.checkpoint_id, bootstrap=bootstrap)
+    plan = coordinator.plan(pending.checkpoint_id)
+    run_epoch(spark, pipeline, plan, coordinator.store, bootstrap=bootstrap)
     return pending
 
 
@@ -165,7 +162,7 @@ def test_exactly_once_output_after_crash_retry_and_zombie(spark, kafka_bootstrap
     # Recovery: epoch 1 is committed before anything new runs, then the rest.
     _drain(spark, pipeline, config, store, kafka_bootstrap)
     # A zombie notifier commits epoch 1 again: nothing is published twice.
-    sink_committer(pipeline, store)(first)
+    sink_publisher(pipeline, store, config.mode)(first)  # type: ignore[misc]
     output = read()
     assert sorted(output) == sorted(reference)
     assert len(output) == len(set(output))

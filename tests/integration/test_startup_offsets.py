@@ -8,9 +8,9 @@ import pytest
 from kafka import KafkaProducer
 
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-from microcheckpoint.adapters.startup import startup_offsets
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.ids import TopicPartition
+from microcheckpoint.protocol.source import startup_offsets
 
 T0 = 1_700_000_000_000
 

@@ -28,10 +28,11 @@ from microcheckpoint.errors import (
     TooManyFailures,
     TriggerRefused,
 )
-from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
+from microcheckpoint.ids import TaskId, TopicPartition
 from microcheckpoint.protocol import layout as names
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
-from microcheckpoint.protocol.pending import Ack, AckResult
+from microcheckpoint.protocol.pending import AckResult
+from microcheckpoint.protocol.records import Ack
 from microcheckpoint.protocol.retention import reference_counts
 from microcheckpoint.protocol.view import CheckpointStatus, scan
 from microcheckpoint.state.handles import StateHandle
@@ -381,10 +382,10 @@ class CheckpointProtocol(RuleBasedStateMachine):
         for cid in view.ids(CheckpointStatus.PENDING, CheckpointStatus.COMPLETED):
             if not self.files.exists(view.layout.pending(cid)):
                 continue  # half-dropped by retention: only _metadata is left to read
-            base = view.pending_record(cid).get("base")
+            base = view.pending_record(cid).base
             barrier = self.coordinator.barrier(cid)
-            if base is not None and self.files.exists(view.layout.pending(CheckpointId(base))):
-                base_ends = self.coordinator.barrier(CheckpointId(base)).ends
+            if base is not None and self.files.exists(view.layout.pending(base)):
+                base_ends = self.coordinator.barrier(base).ends
                 assert barrier.starts == base_ends, (cid, base)
             for r in barrier.ranges.values():
                 assert r.count <= 7

@@ -12,8 +12,8 @@ from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.metadata import CheckpointMetadata
-from microcheckpoint.protocol.pending import Ack, AckResult
+from microcheckpoint.protocol.pending import AckResult
+from microcheckpoint.protocol.records import Ack, CheckpointMetadata
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.file import FileStore
 

@@ -15,7 +15,8 @@ from microcheckpoint.errors import CommitConflict
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.pending import AckResult
-from microcheckpoint.protocol.view import AbortReason, CheckpointStatus
+from microcheckpoint.protocol.records import AbortReason
+from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint_airflow import checks
 from microcheckpoint_airflow.checks import Check, CheckState
 from microcheckpoint_airflow.triggers import CheckpointConditionTrigger
@@ -116,7 +117,7 @@ def test_concurrency_aborts_an_expired_checkpoint_as_expired(h) -> None:
     aborted = record(coord, C1)
     assert aborted.status is CheckpointStatus.ABORTED
     assert aborted.abort_reason is AbortReason.EXPIRED
-    assert aborted.outcome["detail"] == "timeout 60.0s"
+    assert aborted.outcome.detail == "timeout 60.0s"
     assert coord.consecutive_failures() == 1
 
 
@@ -215,7 +216,7 @@ def test_base_state_waits_for_the_base_acks_then_ready(h) -> None:
     coord = h.coordinator(max_concurrent=2)
     trigger(h, coord)
     trigger(h, coord, end=20)
-    assert coord.view().pending_record(C2)["base"] == 1
+    assert coord.view().pending_record(C2).base == C1
     waiting = Check(CheckState.WAIT, "waiting for the state of checkpoint 1")
     assert checks.check_base_state(coord, C2) == waiting
     ack(h, coord, C1, SRC)

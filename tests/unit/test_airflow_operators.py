@@ -27,19 +27,20 @@ from microcheckpoint.errors import (
     TooManyFailures,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.protocol.coordinator import CheckpointCoordinator, Verdict
+from microcheckpoint.protocol import recovery
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.metadata import decode_metadata
-from microcheckpoint.protocol.pending import Ack, AckResult
+from microcheckpoint.protocol.pending import AckResult
+from microcheckpoint.protocol.records import AbortReason, Ack, decode_metadata
 from microcheckpoint.protocol.savepoints import create_savepoint
-from microcheckpoint.protocol.view import AbortReason, CheckpointStatus, read_json
+from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint_airflow import operators
 from microcheckpoint_airflow.operators import (
     AbortCheckpointOperator,
     CompleteCheckpointOperator,
-    PipelineOperator,
     RestoreOperator,
     RetentionOperator,
     SavepointOperator,
@@ -48,6 +49,7 @@ from microcheckpoint_airflow.operators import (
     ValidateRestoreOperator,
 )
 from microcheckpoint_airflow.spec import PipelineSpec
+from tests.stored import read_json
 
 PIPELINE = Pipeline("pipe", KafkaSource("src", ["events"], value_format="text")).then(
     running_sum("counts", key="value")
@@ -325,7 +327,7 @@ def test_suspend_when_true_writes_the_stop_marker_with_the_reason(env: Env) -> N
     assert op.execute(CONTEXT) is True
     marker = read_json(env.store, LAYOUT.stopped)
     assert marker is not None
-    assert set(marker) == {"reason", "at_ms"}
+    assert set(marker) == {"reason", "at_ms", "version"}
     assert marker["reason"] == "upgrade"
     assert start_ms <= marker["at_ms"] <= int(time.time() * 1000)
     decision = env.coordinator(spec).trigger_decision()
@@ -595,8 +597,7 @@ def test_restore_rebases_resets_failures_and_resumes(env: Env) -> None:
         coord.abort_declined(env.trigger(coord, {TP0: 20, TP1: 7}), "a task failed")
     coord.suspend("savepoint taken")
     assert coord.consecutive_failures() == 2
-    pipeline_op = PipelineOperator(task_id="any", spec=spec)
-    assert pipeline_op.parallelism(coord) == 2
+    assert recovery.parallelism(coord.view(), spec.parallelism) == 2
 
     result = restore_op(spec, parallelism="3").execute(CONTEXT)
 
@@ -617,9 +618,10 @@ def test_restore_rebases_resets_failures_and_resumes(env: Env) -> None:
     assert coord.suspended() is None
     assert not env.store.exists(LAYOUT.stopped)
     assert coord.trigger_decision().verdict is Verdict.TRIGGER
-    assert pipeline_op.parallelism(coord) == 3
+    assert recovery.parallelism(coord.view(), spec.parallelism) == 3
     # The next epoch starts from the restored offsets.
-    assert coord.start_point(coord.view()) == ({TP0: 10, TP1: 5}, None)
+    start = coord.start_point(coord.view())
+    assert (start.offsets, start.base) == ({TP0: 10, TP1: 5}, None)
 
 
 def test_a_refused_restore_keeps_the_failures_and_the_stop(env: Env) -> None:

@@ -16,10 +16,11 @@ from microcheckpoint.errors import (
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol import savepoints
-from microcheckpoint.protocol.coordinator import AbortOutcome, CheckpointCoordinator, Verdict
-from microcheckpoint.protocol.metadata import decode_metadata
+from microcheckpoint.protocol.coordinator import AbortOutcome, CheckpointCoordinator
+from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.pending import AckResult
-from microcheckpoint.protocol.view import AbortReason, CheckpointStatus
+from microcheckpoint.protocol.records import AbortReason, decode_metadata
+from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import WriteOutcome
 
@@ -347,7 +348,7 @@ def test_abort_expired_boundary(h) -> None:
     record = coord.view().records[C1]
     assert record.status is CheckpointStatus.ABORTED
     assert record.abort_reason is AbortReason.EXPIRED
-    assert record.outcome["detail"] == "timeout 60.0s"
+    assert record.outcome.detail == "timeout 60.0s"
     # The failed checkpoint keeps only its markers.
     assert h.keys(h.layout.chk(C1)) == [h.layout.outcome(C1), h.layout.pending(C1)]
     assert coord.abort_expired() == []
@@ -375,7 +376,7 @@ def test_abort_outcomes(h) -> None:
     start(h, coord, {TP0: 10})
     assert coord.abort_declined(C1, "task failed") is AbortOutcome.ABORTED
     assert coord.abort_declined(C1, "again") is AbortOutcome.ALREADY_ABORTED
-    assert coord.view().records[C1].outcome["detail"] == "task failed"
+    assert coord.view().records[C1].outcome.detail == "task failed"
     start(h, coord, {TP0: 10})
     ack_all(h, coord, C2)
     coord.complete(C2)
@@ -463,7 +464,7 @@ def test_completing_n_subsumes_lower_pending(h) -> None:
     view = coord.view()
     assert view.records[C1].status is CheckpointStatus.ABORTED
     assert view.records[C1].abort_reason is AbortReason.SUBSUMED
-    assert view.records[C1].outcome["detail"] == "checkpoint 2 completed"
+    assert view.records[C1].outcome.detail == "checkpoint 2 completed"
     assert view.completed == [C2]
     assert view.pending == [C3]
     with pytest.raises(CommitConflict) as caught:
@@ -569,7 +570,7 @@ def test_restore_marker_rebases_the_next_trigger(h) -> None:
     complete_one(h, coord, {TP0: 10})
     complete_one(h, coord, {TP0: 25})
     point = savepoints.choose_restore(h.store, "pipe", checkpoint=C1)
-    marker = savepoints.restore(h.store, "pipe", point, savepoints.ClaimMode.NO_CLAIM)
+    marker = savepoints.restore(h.store, "pipe", point, savepoints.ClaimMode.NO_CLAIM).to_json()
     assert marker["offsets"] == {"events:0": 10}
     assert marker["after_id"] == 2
     third = coord.trigger(TASKS, {TP0: 30})

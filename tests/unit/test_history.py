@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.history import checkpoint_history
+from microcheckpoint.protocol.records import AbortReason
 from microcheckpoint.protocol.savepoints import ClaimMode, choose_restore, create_savepoint, restore
-from microcheckpoint.protocol.view import AbortReason
 from tests.unit.conftest import AGG, SRC, TP0, TP1
 
 

@@ -10,14 +10,14 @@ import pytest
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier, OffsetRange
-from microcheckpoint.protocol.metadata import (
+from microcheckpoint.protocol.records import Ack
+from microcheckpoint.protocol.records.metadata import (
     FORMAT,
     VERSION,
     CheckpointMetadata,
     decode_metadata,
     encode_metadata,
 )
-from microcheckpoint.protocol.pending import Ack
 from microcheckpoint.state.handles import StateHandle
 
 SOURCE = "file:///store/pipe/chk-0000000004/_metadata"

@@ -6,7 +6,8 @@ import pytest
 
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.protocol.pending import Ack, AckResult, PendingCheckpoint
+from microcheckpoint.protocol.pending import AckResult, PendingCheckpoint
+from microcheckpoint.protocol.records import Ack
 from microcheckpoint.state.handles import StateHandle
 
 SRC0 = TaskId.of("source", 0)

@@ -7,8 +7,9 @@ import pytest
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol import savepoints
 from microcheckpoint.protocol.pending import AckResult
+from microcheckpoint.protocol.records import AbortReason
 from microcheckpoint.protocol.retention import enforce_retention
-from microcheckpoint.protocol.view import AbortReason, CheckpointStatus
+from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.state.handles import StateHandle
 
 TP0 = TopicPartition("events", 0)

@@ -107,7 +107,7 @@ def test_savepoint_survives_retention_and_restores(h) -> None:
     assert point.note == ""
     assert point.metadata.checkpoint_id == C1
     assert {h.store.get(k).data for k in point.handle_keys()} == set(originals.values())
-    marker = savepoints.restore(h.store, "pipe", point, savepoints.ClaimMode.NO_CLAIM)
+    marker = savepoints.restore(h.store, "pipe", point, savepoints.ClaimMode.NO_CLAIM).to_json()
     assert marker["kind"] == "savepoint"
     assert marker["pipeline_checkpoint"] is None
     assert marker["first_snapshot_full"] is True
@@ -236,7 +236,7 @@ def test_restore_leaves_stored_checkpoints_byte_identical(h) -> None:
     savepoints.create_savepoint(h.store, "pipe", C1)
     before = h.contents()
     point = savepoints.choose_restore(h.store, "pipe", checkpoint=C1)
-    marker = savepoints.restore(h.store, "pipe", point, savepoints.ClaimMode.CLAIM)
+    marker = savepoints.restore(h.store, "pipe", point, savepoints.ClaimMode.CLAIM).to_json()
     after = h.contents()
     assert set(after) == set(before) | {h.layout.restore}
     assert {k: v for k, v in after.items() if k != h.layout.restore} == before

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from microcheckpoint.engine import keyed
+from microcheckpoint import faults
 
 
 @pytest.fixture
 def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     calls: list[float] = []
-    monkeypatch.setattr(keyed.time, "sleep", calls.append)
+    monkeypatch.setattr(faults.time, "sleep", calls.append)
     return calls
 
 
@@ -20,8 +20,8 @@ def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 def test_the_first_epoch_of_the_named_pipeline_sleeps_once(tmp_path: Path, slept, content) -> None:
     flag = tmp_path / "slow-once"
     flag.write_text(content)
-    keyed.slow_point(str(flag), "wordcount")
-    keyed.slow_point(str(flag), "wordcount")
+    faults.slow_point(str(flag), "wordcount")
+    faults.slow_point(str(flag), "wordcount")
     assert slept == [7.5]
     assert not flag.exists()
 
@@ -29,14 +29,14 @@ def test_the_first_epoch_of_the_named_pipeline_sleeps_once(tmp_path: Path, slept
 def test_another_pipeline_passes_by_and_leaves_the_flag(tmp_path: Path, slept) -> None:
     flag = tmp_path / "slow-once"
     flag.write_text("wordcount 7.5")
-    keyed.slow_point(str(flag), "wordcount_hourly")
+    faults.slow_point(str(flag), "wordcount_hourly")
     assert slept == []
     assert flag.read_text() == "wordcount 7.5"
-    keyed.slow_point(str(flag), "wordcount")
+    faults.slow_point(str(flag), "wordcount")
     assert slept == [7.5]
 
 
 def test_no_flag_no_sleep(tmp_path: Path, slept) -> None:
-    keyed.slow_point(None, "wordcount")
-    keyed.slow_point(str(tmp_path / "absent"), "wordcount")
+    faults.slow_point(None, "wordcount")
+    faults.slow_point(str(tmp_path / "absent"), "wordcount")
     assert slept == []

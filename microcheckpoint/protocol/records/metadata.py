@@ -11,13 +11,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from microcheckpoint.errors import MetadataFormatError
+from microcheckpoint.errors import CheckpointNotFound, MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
-from microcheckpoint.protocol.pending import Ack
+from microcheckpoint.protocol.records.checkpoint import Ack
 from microcheckpoint.state.handles import StateHandle
+from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["FORMAT", "VERSION", "CheckpointMetadata", "decode_metadata", "encode_metadata"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "CheckpointMetadata",
+    "decode_metadata",
+    "encode_metadata",
+    "read_point_metadata",
+]
 
 FORMAT = "microcheckpoint/metadata"
 VERSION = 1
@@ -131,3 +139,19 @@ def decode_metadata(data: bytes, source: str) -> CheckpointMetadata:
             f"{source} is malformed ({problem}); it cannot be restored: restore from another "
             "checkpoint or savepoint"
         ) from exc
+
+
+def read_point_metadata(store: ObjectStore, prefix: str) -> CheckpointMetadata:
+    """The ``_metadata`` in folder ``prefix`` of ``store`` (a checkpoint's or a savepoint's).
+
+    Raises:
+        CheckpointNotFound: the folder holds no ``_metadata``.
+        MetadataFormatError: it is not a readable ``_metadata``.
+    """
+    key = prefix.rstrip("/") + "/_metadata"
+    obj = store.get(key)
+    if obj is None:
+        raise CheckpointNotFound(
+            f"no _metadata at {store.child_url(key)}; give the folder of a savepoint or checkpoint"
+        )
+    return decode_metadata(obj.data, store.child_url(key))

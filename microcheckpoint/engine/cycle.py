@@ -1,0 +1,77 @@
+"""One whole local cycle: recover, trigger (or re-run), plan, process, complete, notify.
+
+What ``make demo-engine``, the tests and ``spark_jobs/run_epoch.py`` without
+``--checkpoint`` run; Airflow runs the same steps as separate tasks of one DAG run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.engine.api import Pipeline
+from microcheckpoint.engine.runner import EpochResult, expected_tasks, run_epoch
+from microcheckpoint.engine.sinkstage import sink_publisher
+from microcheckpoint.faults import Faults
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.recovery import start_epoch
+from microcheckpoint.protocol.source import group_committer
+from microcheckpoint.storage.port import ObjectStore
+
+__all__ = ["run_cycle"]
+
+
+def run_cycle(
+    spark: Any,
+    pipeline: Pipeline,
+    config: CheckpointConfig,
+    store: ObjectStore,
+    *,
+    bootstrap: str,
+    parallelism: int,
+    store_options: dict[str, Any] | None = None,
+    collect: bool = False,
+) -> EpochResult:
+    """One local cycle of ``pipeline``.
+
+    Steps: 1. recover (a claimed completion, completed checkpoints not notified) and re-run
+    the oldest pending epoch or trigger the next one; 2. plan it (a new attempt); 3. process
+    it; 4. complete (the global ack); 5. notify (sinks publish, group offsets, retention).
+    """
+    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+
+    coordinator = CheckpointCoordinator(store, config)
+    faults = Faults.from_env()
+    with KafkaOffsets(bootstrap) as kafka:
+        publish = sink_publisher(pipeline, store, config.mode)
+        # Step 1: recovery, then the epoch to run.
+        start = start_epoch(
+            coordinator,
+            kafka,
+            topics=config.topics or pipeline.source.topics,
+            expected=lambda p: expected_tasks(pipeline, p),
+            default_parallelism=parallelism,
+            publish=publish,
+            rerun_pending=True,
+        )
+        cid = start.checkpoint_id
+        # Step 2: the plan.
+        plan = coordinator.plan(cid)
+        # Step 3: process.
+        result = run_epoch(
+            spark,
+            pipeline,
+            plan,
+            store,
+            bootstrap=bootstrap,
+            store_options=store_options,
+            collect=collect,
+            faults=faults,
+        )
+        faults.point("after_acks")
+        # Step 4: the global ack.
+        meta = coordinator.complete(cid)
+        faults.point("after_metadata")
+        # Step 5: notify (sinks publish, group offsets, retention).
+        coordinator.notify(cid, group_committer(kafka, config), publish)
+    return EpochResult(cid, result.attempt, result.records, result.outputs, meta)

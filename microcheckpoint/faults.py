@@ -1,0 +1,94 @@
+"""Named fault points: where tests kill or slow a running epoch, and nothing else.
+
+Product code marks the points (``faults.point("after_snapshot")``, ``faults.reading(...)``,
+``faults.slow(...)``); whether a point fires is decided here, from two environment
+variables a test sets for the job it starts (``harness.faults`` builds them):
+
+- ``MICROCHECKPOINT_CRASH_AT=<point>``: SIGKILL the job's driver (and the executor process
+  that reached the point) at ``<point>``, one of ``POINTS``;
+- ``MICROCHECKPOINT_SLOW_ONCE=<file>``: the first epoch that reaches the slow point sleeps
+  for the seconds written in ``<file>`` (``<seconds>``, or ``<pipeline> <seconds>`` for one
+  pipeline only) and removes the file.
+
+Unset, every point is a no-op. ``Faults`` is captured on the driver and shipped to the
+executors (it is picklable), so they know which process is the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+__all__ = ["CRASH_ENV", "POINTS", "READING_AFTER", "SLOW_ENV", "Faults", "slow_point"]
+
+CRASH_ENV = "MICROCHECKPOINT_CRASH_AT"
+SLOW_ENV = "MICROCHECKPOINT_SLOW_ONCE"
+# Where a job can be killed, in the order an epoch reaches them.
+POINTS = ("reading", "after_snapshot", "after_acks", "after_metadata")
+# The ``reading`` point fires once a split has yielded this many records.
+READING_AFTER = 5
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The faults armed for one job; ``Faults()`` arms none."""
+
+    crash_at: str | None = None
+    driver_pid: int = 0
+    slow_flag: str | None = None
+
+    @classmethod
+    def from_env(cls) -> Faults:
+        """The faults the environment arms, with this process as the driver."""
+        return cls(os.environ.get(CRASH_ENV) or None, os.getpid(), os.environ.get(SLOW_ENV))
+
+    def point(self, name: str) -> None:
+        """Kill the driver and this process if the crash is armed at ``name``."""
+        if self.crash_at != name:
+            return
+        if self.driver_pid and self.driver_pid != os.getpid():
+            os.kill(self.driver_pid, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def reading(self, records: Iterable[T]) -> Iterable[T]:
+        """``records``, with the ``reading`` point after the first ``READING_AFTER`` of them."""
+        if self.crash_at != "reading":
+            return records
+        return self._crash_while_reading(records)
+
+    def _crash_while_reading(self, records: Iterable[T]) -> Iterator[T]:
+        for i, record in enumerate(records):
+            if i == READING_AFTER:
+                self.point("reading")
+            yield record
+
+    def slow(self, pipeline: str) -> None:
+        """The slow point: sleep once if ``MICROCHECKPOINT_SLOW_ONCE`` armed it."""
+        slow_point(self.slow_flag, pipeline)
+
+
+def slow_point(flag: str | None, pipeline: str) -> None:
+    """Sleep once for the seconds written in file ``flag``.
+
+    The file holds ``<seconds>`` (any pipeline) or ``<pipeline> <seconds>`` (only that
+    one: other pipelines sharing the environment pass by). It is removed before sleeping,
+    so only one epoch (the first to see it) is slow.
+    """
+    if not flag:
+        return
+    try:
+        words = Path(flag).read_text().split()
+        if len(words) == 2 and words[0] != pipeline:
+            return
+        seconds = float(words[-1]) if words else 0.0
+        os.remove(flag)
+    except (FileNotFoundError, ValueError):
+        return
+    time.sleep(seconds)

@@ -1,0 +1,221 @@
+"""The records of one checkpoint: ``_pending``, ``_attempt-<k>``, acks, ``_outcome``, ``_notified``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+from microcheckpoint.errors import MetadataFormatError
+from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.protocol.barrier import Barrier
+from microcheckpoint.protocol.records.codec import id_or_none
+from microcheckpoint.state.handles import StateHandle
+
+__all__ = [
+    "AbortReason",
+    "Ack",
+    "AttemptRecord",
+    "NotifiedRecord",
+    "Outcome",
+    "OutcomeRecord",
+    "PendingRecord",
+]
+
+
+class AbortReason(Enum):
+    EXPIRED = "EXPIRED"  # not acknowledged within the checkpoint timeout
+    DECLINED = "DECLINED"  # a task failed or declined
+    SUBSUMED = "SUBSUMED"  # a newer checkpoint completed first
+    TRIGGER_REFUSED = "TRIGGER_REFUSED"  # lost a race against max_concurrent
+    BASE_ABORTED = "BASE_ABORTED"  # the checkpoint it continued from was aborted
+
+    @property
+    def counts_as_failure(self) -> bool:
+        """Only expired and declined checkpoints count toward ``tolerable_failures``."""
+        return self in (AbortReason.EXPIRED, AbortReason.DECLINED)
+
+
+class Outcome(Enum):
+    COMPLETED = "COMPLETED"
+    ABORTED = "ABORTED"
+
+
+@dataclass(frozen=True)
+class PendingRecord:
+    """``_pending``: checkpoint n was triggered with barrier n.
+
+    ``base`` is the checkpoint whose state and offsets n continues from (None after a
+    restore, or for the first checkpoint). ``labels`` are JSON-able facts for the history
+    (the Airflow run, its data interval). ``writer`` makes the bytes unique per writer.
+    """
+
+    kind: ClassVar[str] = "_pending"
+
+    pipeline: str
+    checkpoint_id: CheckpointId
+    barrier: Barrier
+    trigger_time_ms: int
+    expected: frozenset[TaskId]
+    base: CheckpointId | None = None
+    writer: str = ""
+    labels: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "checkpoint_id": self.checkpoint_id.value,
+            "barrier": self.barrier.to_json(),
+            "trigger_time_ms": self.trigger_time_ms,
+            "expected": sorted(str(t) for t in self.expected),
+            "base": None if self.base is None else self.base.value,
+            "writer": self.writer,
+            "labels": dict(self.labels),
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> PendingRecord:
+        return cls(
+            pipeline=str(body["pipeline"]),
+            checkpoint_id=CheckpointId(int(body["checkpoint_id"])),
+            barrier=Barrier.from_json(body["barrier"]),
+            trigger_time_ms=int(body["trigger_time_ms"]),
+            expected=frozenset(TaskId.parse(t) for t in body["expected"]),
+            base=id_or_none(body.get("base")),
+            writer=str(body.get("writer", "")),
+            labels=dict(body.get("labels") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """``_attempt-<k>``: processing attempt k (≥ 2) of a checkpoint began."""
+
+    kind: ClassVar[str] = "_attempt"
+
+    attempt: int
+    writer: str = ""
+    at_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "writer": self.writer, "at_ms": self.at_ms}
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> AttemptRecord:
+        return cls(
+            int(body.get("attempt", 0)), str(body.get("writer", "")), int(body.get("at_ms", 0))
+        )
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A task's acknowledgement: its snapshot's handles and small inline state.
+
+    ``operator_state`` is JSON-able state small enough to live in ``_metadata``
+    (for example a source subtask's ``{"topic:partition": next_offset}``).
+    """
+
+    kind: ClassVar[str] = "ack"
+
+    task: TaskId
+    attempt: int
+    handles: tuple[StateHandle, ...] = ()
+    operator_state: Mapping[str, Any] = field(default_factory=dict)
+    duration_ms: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(h.size for h in self.handles)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": str(self.task),
+            "attempt": self.attempt,
+            "handles": [h.to_json() for h in self.handles],
+            "operator_state": dict(self.operator_state),
+            "duration_ms": self.duration_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Ack:
+        try:
+            return cls(
+                TaskId.parse(data["task"]),
+                int(data["attempt"]),
+                tuple(StateHandle.from_json(h) for h in data.get("handles", ())),
+                dict(data.get("operator_state", {})),
+                int(data.get("duration_ms", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataFormatError(f"ack is malformed: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """``_outcome``: the one decision about a checkpoint.
+
+    COMPLETED carries the attempt whose acks complete it (``_metadata`` follows);
+    ABORTED carries the reason and a detail for people.
+    """
+
+    kind: ClassVar[str] = "_outcome"
+
+    outcome: Outcome
+    at_ms: int
+    writer: str = ""
+    attempt: int | None = None
+    reason: AbortReason | None = None
+    detail: str = ""
+
+    @property
+    def completed(self) -> bool:
+        return self.outcome is Outcome.COMPLETED
+
+    @classmethod
+    def completed_by(cls, attempt: int, at_ms: int, writer: str) -> OutcomeRecord:
+        return cls(Outcome.COMPLETED, at_ms, writer, attempt=attempt)
+
+    @classmethod
+    def aborted(cls, reason: AbortReason, detail: str, at_ms: int, writer: str) -> OutcomeRecord:
+        return cls(Outcome.ABORTED, at_ms, writer, reason=reason, detail=detail)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"outcome": self.outcome.value, "at_ms": self.at_ms}
+        body["writer"] = self.writer
+        if self.outcome is Outcome.COMPLETED:
+            body["attempt"] = self.attempt
+        else:
+            body["reason"] = None if self.reason is None else self.reason.value
+            body["detail"] = self.detail
+        return body
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> OutcomeRecord:
+        outcome = Outcome(body["outcome"])
+        reason = body.get("reason")
+        attempt = body.get("attempt")
+        return cls(
+            outcome,
+            int(body.get("at_ms", 0)),
+            str(body.get("writer", "")),
+            attempt=None if attempt is None else int(attempt),
+            reason=None if reason is None else AbortReason(reason),
+            detail=str(body.get("detail", "")),
+        )
+
+
+@dataclass(frozen=True)
+class NotifiedRecord:
+    """``_notified``: notify (sinks, group offsets, cleanup) finished for the checkpoint."""
+
+    kind: ClassVar[str] = "_notified"
+
+    at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at_ms": self.at_ms}
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> NotifiedRecord:
+        return cls(int(body.get("at_ms", 0)))
