@@ -54,7 +54,7 @@ from tests.stored import read_json
 PIPELINE = Pipeline("pipe", KafkaSource("src", ["events"], value_format="text")).then(
     running_sum("counts", key="value")
 )
-PIPELINE_REF = "tests.unit.test_airflow_operators:PIPELINE"
+PIPELINE_REF = "tests.unit.plugin.test_operators:PIPELINE"
 TASKS = expected_tasks(PIPELINE, 2)  # src#0, counts#0, counts#1
 GONE = TaskId.of("gone", 0)  # an operator the pipeline no longer has
 TP0 = TopicPartition("events", 0)

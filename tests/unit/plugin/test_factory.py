@@ -20,7 +20,7 @@ from microcheckpoint.errors import ConfigError
 from microcheckpoint_airflow import LocalSpark, PipelineSpec, SparkSubmit, pipeline_dags
 from microcheckpoint_airflow.operators import EpochSparkSubmitOperator, LocalEpochOperator
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 START = datetime(2026, 1, 1)
 CID = "{{ ti.xcom_pull(task_ids='trigger_checkpoint') }}"
 
