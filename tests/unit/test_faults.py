@@ -1,7 +1,12 @@
-"""The slow-epoch fault injection used by the end-to-end timeout test."""
+"""The named fault points: slow and crash points, armed only through the environment."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -40,3 +45,58 @@ def test_no_flag_no_sleep(tmp_path: Path, slept) -> None:
     faults.slow_point(None, "wordcount")
     faults.slow_point(str(tmp_path / "absent"), "wordcount")
     assert slept == []
+
+
+def test_unarmed_points_do_nothing_and_records_pass_through_untouched() -> None:
+    quiet = faults.Faults()
+    records = iter(range(10))
+    assert quiet.reading(records) is records
+    quiet.point("after_snapshot")
+    armed_elsewhere = faults.Faults("after_acks", 1)
+    armed_elsewhere.point("after_snapshot")
+    assert list(armed_elsewhere.reading(range(7))) == list(range(7))
+
+
+def test_the_environment_arms_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(faults.CRASH_ENV, "reading")
+    monkeypatch.setenv(faults.SLOW_ENV, "/tmp/flag")
+    armed = faults.Faults.from_env()
+    assert armed == faults.Faults("reading", os.getpid(), "/tmp/flag")
+    monkeypatch.delenv(faults.CRASH_ENV)
+    monkeypatch.delenv(faults.SLOW_ENV)
+    assert faults.Faults.from_env() == faults.Faults(None, os.getpid(), None)
+
+
+@pytest.mark.parametrize(
+    ("point", "printed"),
+    [("reading", "0 1 2 3 4"), ("after_snapshot", "0 1 2 3 4 5 6 7 8 9 snapshot")],
+)
+def test_an_armed_point_kills_the_process_there(point: str, printed: str) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from microcheckpoint.faults import Faults
+        f = Faults({point!r}, 0)
+        for r in f.reading(range(10)):
+            print(r, end=" ", flush=True)
+        print("snapshot", end=" ", flush=True)
+        f.point("after_snapshot")
+        print("acked", flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL
+    assert done.stdout.strip() == printed
+
+
+def test_arming_helpers_refuse_unknown_points(tmp_path: Path) -> None:
+    from harness.faults import crash_env, slow_once
+
+    assert crash_env("after_acks") == {faults.CRASH_ENV: "after_acks"}
+    with pytest.raises(ValueError, match="unknown crash point 'after_lunch'"):
+        crash_env("after_lunch")
+    flag = tmp_path / "flag"
+    assert slow_once(flag, 2.5, "wordcount") == {faults.SLOW_ENV: str(flag)}
+    assert flag.read_text() == "wordcount 2.5"
