@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo demo-engine test test-unit test-e2e lint bench clean
+.PHONY: venv demo demo-engine test test-unit test-e2e lint bench picture clean
 
 venv: $(STAMP)
 
@@ -29,7 +29,8 @@ demo: $(STAMP)
 demo-engine: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m harness.demo_engine
 
-test: $(STAMP)
+# Lint first: CI runs `make test` only, so style is checked there too.
+test: lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 test-e2e: $(STAMP)
@@ -45,6 +46,10 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# Redraw the README's picture from its source (standard library only).
+picture:
+	python3 docs/architecture.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,7 +1,7 @@
 """Kafka offsets for checkpointed sources: partitions, begin/end, by-time and group offsets.
 
 Works on Apache Kafka and on Tansu 0.6 (the dev broker), whose answers to two requests are
-wrong (DESIGN.md §3): ListOffsets LATEST (corrected with a fetch probe's high watermark) and
+wrong: ListOffsets LATEST (corrected with a fetch probe's high watermark) and
 ListOffsets by timestamp (verified by fetching around the answer, else a binary search by
 fetch). All offsets are exclusive-end positions in the Kafka sense: the end offset of a
 partition is one past its last record, and an empty partition has ``end == beginning``.

@@ -5,7 +5,7 @@ ranges are cut into :class:`Split` s (``split_ranges``); each split is read by o
 with manual assignment and no group (``read_split``), which yields exactly the records with
 ``start <= offset < end``. Every ``end`` is exclusive: one past the last offset of the range.
 
-The reader works on Apache Kafka and on Tansu 0.6 (DESIGN.md §3): the high watermark comes
+The reader works on Apache Kafka and on Tansu 0.6: the high watermark comes
 from :class:`KafkaOffsets` (which corrects Tansu's ListOffsets LATEST with a fetch probe), and
 the reader stops when the consumer's position reaches ``end``, not at a record at ``end - 1``,
 because compaction and transaction markers leave offset gaps.
@@ -98,7 +98,7 @@ def read_split(
         timeout_s: raise if the position does not move for this long (and the bound for
             each broker request of step 2).
         fetch_max_bytes: the fetch size limit (one batch larger than this is still returned).
-        stop_at: optional predicate, for multi-stage pipelines (DESIGN.md §6) that read an
+        stop_at: optional predicate, for multi-stage pipelines that read an
             internal topic up to a barrier marker record: the split ends at the first record
             for which it returns True, and that record is not yielded. The predicate is called
             once per record in offset order, so it can remember the marker's offset.

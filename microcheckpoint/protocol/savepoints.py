@@ -3,7 +3,7 @@
 A savepoint is a self-contained copy of a completed checkpoint: every state file is
 copied next to its ``_metadata`` and referenced by a relative key, so the folder can be
 moved, and it is never subsumed or deleted by retention. Restoring writes the pipeline's
-``_restore`` marker; the next trigger starts from the restored offsets (DESIGN §4).
+``_restore`` marker; the next trigger starts from the restored offsets (docs/protocol.md).
 
 Claim modes (as in Flink): ``NO_CLAIM`` (default) leaves the restored files alone and
 makes the first checkpoint after the restore a full snapshot; ``CLAIM`` lets the pipeline

@@ -1,4 +1,4 @@
-"""Exactly-once sinks: staged during the epoch, published after ``_metadata`` (DESIGN §5)."""
+"""Exactly-once sinks: staged during the epoch, published after ``_metadata`` (docs/sinks.md)."""
 
 from microcheckpoint.sinks.base import EpochInfo, Sink
 

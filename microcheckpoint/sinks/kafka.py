@@ -1,6 +1,6 @@
-"""Kafka sink: exactly-once publish after ``_metadata`` without broker transactions (DESIGN §5).
+"""Kafka sink: exactly-once publish after ``_metadata`` without broker transactions (docs/sinks.md).
 
-Tansu 0.6 returns records of aborted transactions to ``read_committed`` consumers (DESIGN §3),
+Tansu 0.6 returns records of aborted transactions to ``read_committed`` consumers,
 so exactly-once output cannot rest on Kafka transactions. Instead every record carries headers
 that say who wrote it and where it sits in its epoch:
 

@@ -1,1 +1,2 @@
-"""Keyed state snapshots: the ``memory`` and ``table`` backends (DESIGN §5)."""
+"""Keyed state: key groups, state handles, the ``memory`` and ``table`` backends, delta
+chains and the state reader (docs/engine.md)."""

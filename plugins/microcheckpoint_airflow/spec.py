@@ -26,7 +26,7 @@ class PipelineSpec:
         name: pipeline name (the ``Pipeline``'s own name; DAG ids derive from it).
         pipeline: ``module:attribute`` of a ``Pipeline``, or of a function returning one
             (called with ``pipeline_kwargs``). Imported when a task runs, never at parse time.
-        checkpointing: checkpoint settings (DESIGN §7), validated when the DAG file loads.
+        checkpointing: checkpoint settings (docs/operations.md), validated when the DAG file loads.
         parallelism: subtasks per keyed operator and sink (a restore may change it).
         savepoint_roots: storage roots besides ``storage`` where savepoints may be written
             and restored from; anything else is refused.

@@ -2,7 +2,7 @@
 
 Every test produces its own topic and runs its own pipeline (unique names), then compares
 the keyed state read back from checkpoint storage with a plain-Python fold of the exact
-records produced (DESIGN §4 I3/I4, §5).
+records produced (docs/protocol.md, docs/engine.md).
 """
 
 from __future__ import annotations

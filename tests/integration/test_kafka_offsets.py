@@ -1,7 +1,7 @@
 """KafkaOffsets against real brokers: Tansu on memory storage and Tansu on S3 (moto) storage.
 
 Nothing is mocked. Tansu 0.6 answers ListOffsets LATEST and by-timestamp wrongly (see
-DESIGN.md §3); every expected value below is the Kafka answer, so the same tests also pass
+the adapter corrects them); every expected value below is the Kafka answer, so the same tests also pass
 against a real Kafka named by MICROCHECKPOINT_KAFKA_BOOTSTRAP.
 """
 

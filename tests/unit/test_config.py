@@ -1,4 +1,4 @@
-"""Configuration: every field validated at load time, defaults as DESIGN §7, file loading."""
+"""Configuration: every field validated at load time, defaults as in docs/operations.md, file loading."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The core never imports its edges: no Airflow, Spark, boto3 or Kafka client (STYLE, DESIGN §2)."""
+"""The core never imports its edges: no Airflow, Spark, boto3 or Kafka client (docs/testing.md)."""
 
 from __future__ import annotations
 

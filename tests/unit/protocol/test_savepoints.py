@@ -1,4 +1,4 @@
-"""Savepoints and choosing what to restore (with the loud fallback of DESIGN §4)."""
+"""Savepoints and choosing what to restore (with the loud fallback of docs/protocol.md)."""
 
 from __future__ import annotations
 
