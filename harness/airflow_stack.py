@@ -1,6 +1,7 @@
-"""A real Airflow for tests and the demo: ``airflow standalone`` on SQLite, and a REST client.
+"""A real Airflow for tests and the demo: ``airflow standalone`` on PostgreSQL, and a REST client.
 
-``start_airflow`` writes an ``AIRFLOW_HOME`` with the project's ``dags/`` and ``plugins/``,
+``start_airflow`` starts a PostgreSQL server (``harness.postgres``) for the metadata database,
+writes an ``AIRFLOW_HOME`` with the project's ``dags/`` and ``plugins/``,
 connections for the local broker and S3 server, and a known admin login, starts
 ``airflow standalone`` (API server, scheduler, DAG processor, triggerer, LocalExecutor) on
 a free loopback port in its own process group, and waits until every component reports
@@ -26,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harness.postgres import Postgres, start_postgres
 from harness.services import S3Endpoint, Service, _spawn, free_port
 from microcheckpoint.errors import ServiceError
 
@@ -243,13 +245,19 @@ class AirflowStack:
     username: str
     password: str
     env: dict[str, str] = field(repr=False, default_factory=dict)
+    postgres: Postgres | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        self.service.stop(timeout=30)
+        """Stop Airflow, then its metadata database."""
+        try:
+            self.service.stop(timeout=30)
+        finally:
+            if self.postgres is not None:
+                self.postgres.stop()
 
 
 def airflow_environment(
@@ -259,8 +267,12 @@ def airflow_environment(
     s3: S3Endpoint | None,
     password: str,
     extra: dict[str, str] | None = None,
+    database_url: str | None = None,
 ) -> dict[str, str]:
-    """Environment for every Airflow process: config, connections, paths."""
+    """Environment for every Airflow process: config, connections, paths.
+
+    ``database_url`` is the metadata database (SQLAlchemy URL); SQLite in ``home`` if None.
+    """
     venv_bin = str(Path(sys.executable).parent)
     storage_conn: dict[str, Any] = {"conn_type": "aws"}
     if s3 is not None:
@@ -287,7 +299,7 @@ def airflow_environment(
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url or f"sqlite:///{home}/airflow.db",
         # A local stack: an API error shows its database cause instead of a lookup id.
         "AIRFLOW__API__EXPOSE_STACKTRACE": "True",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
@@ -354,29 +366,44 @@ def start_airflow(
     s3: S3Endpoint | None,
     extra_env: dict[str, str] | None = None,
     timeout: float = 240.0,
+    database: str = "postgres",
 ) -> AirflowStack:
-    """Start ``airflow standalone`` in ``home``; returns when all components are healthy."""
+    """Start ``airflow standalone`` in ``home``; returns when all components are healthy.
+
+    ``database`` is ``postgres`` (a PostgreSQL server of its own, the default) or ``sqlite``
+    (one file in ``home``: one writer at a time, see docs/testing.md).
+    """
     home.mkdir(parents=True, exist_ok=True)
-    _wal_database(home / "airflow.db")
+    postgres = None
+    if database == "postgres":
+        postgres = start_postgres(home / "postgres-log")
+    elif database == "sqlite":
+        _wal_database(home / "airflow.db")
+    else:
+        raise ValueError(f"database {database!r} is not one of postgres, sqlite")
     port = free_port()
     password = secrets.token_urlsafe(12)
     (home / "passwords.json").write_text(json.dumps({"admin": password}))
-    env = airflow_environment(home, port, kafka_bootstrap, s3, password, extra_env)
+    env = airflow_environment(
+        home, port, kafka_bootstrap, s3, password, extra_env, postgres.url if postgres else None
+    )
     airflow = Path(sys.executable).with_name("airflow")
     service = _spawn("airflow", [str(airflow), "standalone"], env, home, f"127.0.0.1:{port}")
     client = AirflowClient(f"http://127.0.0.1:{port}", "admin", password)
+    stack = AirflowStack(service, client, home, port, "admin", password, env, postgres)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not service.alive():
+            stack.stop()
             raise ServiceError(
                 f"airflow standalone exited with {service.process.returncode}; "
                 f"log {service.log_path}:\n{service.log_tail(60)}"
             )
         if _healthy(client):
-            return AirflowStack(service, client, home, port, "admin", password, env)
+            return stack
         time.sleep(1)
     tail = service.log_tail(60)
-    service.stop()
+    stack.stop()
     raise ServiceError(
         f"airflow standalone was not healthy within {timeout:.0f}s; log {service.log_path}:\n{tail}"
     )

@@ -84,11 +84,11 @@ class Service:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the process group: SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
+        """Stop the process group: ``sig``, then SIGKILL after ``timeout`` seconds."""
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
+                os.killpg(self.process.pid, sig)
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -138,7 +138,17 @@ def tansu_binary() -> Path:
     return path
 
 
-def _spawn(name: str, argv: list[str], env: dict[str, str], log_dir: Path, address: str) -> Service:
+def _spawn(
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    log_dir: Path,
+    address: str,
+    user: int | None = None,
+    group: int | None = None,
+) -> Service:
+    """Start ``argv`` in a new process group (as ``user``/``group`` when given), logging to
+    ``<log_dir>/<name>.log``."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Service.stop
@@ -149,6 +159,8 @@ def _spawn(name: str, argv: list[str], env: dict[str, str], log_dir: Path, addre
         stdin=subprocess.DEVNULL,
         env=env,
         start_new_session=True,
+        user=user,
+        group=group,
     )
     return Service(name, process, log_path, address, log_file)
 
