@@ -419,8 +419,23 @@ class CheckpointCoordinator:
     # ---- complete -------------------------------------------------------------------
 
     def finish_completing(self, view: PipelineView | None = None) -> None:
-        """Write ``_metadata`` for checkpoints whose COMPLETED outcome was claimed by a writer that died."""
+        """Finish what a completer that died after claiming COMPLETED left undone.
+
+        Steps: 1. every pending checkpoint below a claimed one gets an outcome (SUBSUMED,
+        unless it claims COMPLETED first), as step 3 of ``complete`` would have done, so it
+        can never complete after the higher one (I2); 2. every claimed checkpoint gets its
+        ``_metadata``, in id order.
+        """
         view = view or self.view()
+        claimed = view.ids(CheckpointStatus.COMPLETING)
+        if not claimed:
+            return
+        # Step 1
+        for lower in view.pending:
+            if lower < claimed[-1]:
+                self.abort(lower, AbortReason.SUBSUMED, f"checkpoint {claimed[-1]} completed")
+        # Step 2
+        view = self.view()
         for cid in view.ids(CheckpointStatus.COMPLETING):
             outcome = view.records[cid].outcome
             assert outcome is not None and outcome.attempt is not None

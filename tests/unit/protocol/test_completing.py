@@ -15,7 +15,7 @@ from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.pending import AckResult
-from microcheckpoint.protocol.records import AbortReason, decode_metadata
+from microcheckpoint.protocol.records import AbortReason, OutcomeRecord, decode_metadata, encode
 from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import WriteOutcome
@@ -300,3 +300,26 @@ def test_lost_claim_does_not_subsume_lower_checkpoints(h) -> None:
     assert status(coord, C2) is CheckpointStatus.ABORTED
     assert status(coord, C1) is CheckpointStatus.PENDING
     assert coord.complete(C1).offsets == {TP0: 10}
+
+
+def test_a_claim_left_by_a_dead_completer_subsumes_the_lower_checkpoints_too(h) -> None:
+    """Found by the property test: a completer of 3 died after its claim, before step 3; the
+    recovery that writes 3's ``_metadata`` must also subsume 1 and 2, or 2 could complete
+    after 3 (I2)."""
+    coord = h.coordinator(max_concurrent=3, tolerable_failures=5)
+    start(h, coord, {TP0: 10})
+    coord.trigger(TASKS, {TP0: 20})
+    coord.trigger(TASKS, {TP0: 30})
+    for cid in (C1, C2, C3):
+        ack_all(h, coord, cid)
+    claim = OutcomeRecord.completed_by(1, 1, "dead")
+    h.store.put_if_absent(h.layout.outcome(C3), encode(claim))
+    coord.finish_completing()
+    assert [status(coord, c) for c in (C1, C2, C3)] == [
+        CheckpointStatus.ABORTED,
+        CheckpointStatus.ABORTED,
+        CheckpointStatus.COMPLETED,
+    ]
+    assert coord.view().records[C2].abort_reason is AbortReason.SUBSUMED
+    with pytest.raises(CommitConflict):
+        coord.complete(C2)
