@@ -1,10 +1,21 @@
 """The Spark epoch engine: pipelines of uid'd operators run one epoch per checkpoint."""
 
 from microcheckpoint.engine.api import (
+    Aggregate,
     KafkaSource,
     KeyedOperator,
     Pipeline,
+    running_max,
+    running_min,
     running_sum,
 )
 
-__all__ = ["KafkaSource", "KeyedOperator", "Pipeline", "running_sum"]
+__all__ = [
+    "Aggregate",
+    "KafkaSource",
+    "KeyedOperator",
+    "Pipeline",
+    "running_max",
+    "running_min",
+    "running_sum",
+]

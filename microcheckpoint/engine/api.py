@@ -30,7 +30,15 @@ from microcheckpoint.ids import OperatorUid
 from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.backends import check_backend
 
-__all__ = ["KafkaSource", "KeyedOperator", "Pipeline", "running_sum"]
+__all__ = [
+    "Aggregate",
+    "KafkaSource",
+    "KeyedOperator",
+    "Pipeline",
+    "running_max",
+    "running_min",
+    "running_sum",
+]
 
 # fn(key, rows of this epoch for the key, previous state or None) -> (outputs, new state);
 # a new state of None deletes the key's state.
@@ -75,6 +83,27 @@ class KafkaSource:
 
 
 @dataclass(frozen=True)
+class Aggregate:
+    """A built-in aggregation: Spark SQL computes it per key, the state merges it per key.
+
+    ``kind`` is ``sum`` or ``count`` (the state adds), ``min`` or ``max``; ``value`` is the
+    column (None for ``count``); ``output`` names the result column next to ``key``.
+    """
+
+    kind: str
+    value: str | None
+    output: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("sum", "count", "min", "max"):
+            raise ConfigError("aggregate", self.kind, "one of sum, count, min, max")
+        if (self.value is None) != (self.kind == "count"):
+            raise ConfigError(
+                "value", self.value, f"a column for {self.kind} (None only for count)"
+            )
+
+
+@dataclass(frozen=True)
 class KeyedOperator:
     """A general keyed stateful operator.
 
@@ -88,7 +117,10 @@ class KeyedOperator:
         output_schema: Spark DDL of the output rows, e.g. ``"word string, count long"``.
         state_ttl_s: a key's state expires this long after its last update (measured in
             checkpoint trigger time, so re-runs are deterministic); None keeps it forever.
-        state_backend: ``table`` (Parquet per key group, incremental) or ``memory``.
+        state_backend: ``table`` (incremental Parquet files) or ``memory``.
+        aggregate: set by the built-ins (``running_sum``, ``running_min``, ...): the engine
+            then computes the per-key aggregate with Spark SQL and merges it with the state,
+            with no Python per record; ``fn`` stays the reference of what it computes.
     """
 
     uid: str
@@ -97,6 +129,7 @@ class KeyedOperator:
     output_schema: str
     state_ttl_s: float | None = None
     state_backend: str = "table"
+    aggregate: Aggregate | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uid", _uid("stateful operator", self.uid))
@@ -113,12 +146,58 @@ def _running_sum_fn(value: str | None) -> KeyedFunction:
     return fn
 
 
+def _running_extreme_fn(pick: Callable[..., Any], value: str, output: str) -> KeyedFunction:
+    def fn(key: Any, rows: list[dict[str, Any]], state: Any) -> tuple[list[dict[str, Any]], Any]:
+        seen = [row[value] for row in rows if row[value] is not None]
+        best = pick([*seen, *([] if state is None else [state])])
+        return [{"key": key if isinstance(key, str) else json.dumps(key), output: best}], best
+
+    return fn
+
+
 def running_sum(uid: str, key: str, value: str | None = None, **options: Any) -> KeyedOperator:
     """Running sum of ``value`` per key (a count when ``value`` is None).
 
     Outputs ``key string, total long`` (a key that is not a string is output as its JSON).
+    Computed by Spark SQL and merged with the state per key (see ``Aggregate``).
     """
-    return KeyedOperator(uid, key, _running_sum_fn(value), "key string, total long", **options)
+    aggregate = Aggregate("count" if value is None else "sum", value, "total")
+    return KeyedOperator(
+        uid,
+        key,
+        _running_sum_fn(value),
+        "key string, total long",
+        aggregate=aggregate,
+        **options,
+    )
+
+
+def running_min(
+    uid: str, key: str, value: str, value_type: str = "long", **options: Any
+) -> KeyedOperator:
+    """The smallest ``value`` seen per key; outputs ``key string, min <value_type>``."""
+    return KeyedOperator(
+        uid,
+        key,
+        _running_extreme_fn(min, value, "min"),
+        f"key string, min {value_type}",
+        aggregate=Aggregate("min", value, "min"),
+        **options,
+    )
+
+
+def running_max(
+    uid: str, key: str, value: str, value_type: str = "long", **options: Any
+) -> KeyedOperator:
+    """The largest ``value`` seen per key; outputs ``key string, max <value_type>``."""
+    return KeyedOperator(
+        uid,
+        key,
+        _running_extreme_fn(max, value, "max"),
+        f"key string, max {value_type}",
+        aggregate=Aggregate("max", value, "max"),
+        **options,
+    )
 
 
 @dataclass

@@ -1,33 +1,42 @@
 """One keyed operator subtask of one epoch, as it runs inside a Spark executor.
 
 Imports no Spark: the runner ships an ``OperatorContext`` and the user's function to the
-executors, which restore the subtask's key groups, apply the function, snapshot and ack.
+executors. Each subtask is called once per epoch with an Arrow table of its rows (the
+router's marker row guarantees the call even when no row reached it) and:
+
+1. restores, for the keys its rows touch, their state before this epoch;
+2. applies the operator: the user's ``fn(key, rows, state)`` per key, in a deterministic
+   order, or, for a built-in aggregation, merges the per-key aggregate Spark SQL computed
+   with the restored value;
+3. snapshots (a delta of the changed keys, or a compaction) and acks from the executor.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
+from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import acknowledge
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import Ack
-from microcheckpoint.state.backends import (
-    KeyGroupState,
-    canonical_key,
-    encode_memory,
-    encode_table,
-)
-from microcheckpoint.state.chains import DELTA_SUFFIX, cached_reader, load_key_group
+from microcheckpoint.state.backends import canonical_key
+from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.handles import StateHandle
-from microcheckpoint.state.keygroups import key_group_for, key_group_range
-from microcheckpoint.storage import ObjectStore, open_store
+from microcheckpoint.state.keygroups import key_group_range
+from microcheckpoint.state.subtask import SubtaskState
+from microcheckpoint.storage import open_store
 
-__all__ = ["OperatorContext", "process_subtask", "restore_key_group"]
+__all__ = ["AGGREGATE", "OperatorContext", "merge_aggregate", "process_subtask"]
+
+# The column the runner's Spark SQL aggregation leaves for the merge.
+AGGREGATE = "__aggregate"
 
 
 @dataclass(frozen=True)
@@ -45,12 +54,16 @@ class OperatorContext:
     parallelism: int
     backend: str
     trigger_time_ms: int
+    output_schema: pa.Schema
     ttl_ms: int | None = None
     full_snapshot: bool = False
-    # key group -> its file chain (base, then deltas) in the state restored from
-    base: dict[int, list[StateHandle]] = field(default_factory=dict)
+    # every state file of this operator in the state the epoch continues from
+    restore: tuple[StateHandle, ...] = ()
     max_deltas: int = 8
     faults: Faults = field(default_factory=Faults)
+    # the built-in aggregation ("sum", "count", "min", "max") and its output column
+    aggregate: str | None = None
+    output_column: str = "total"
 
 
 def _row_order(row: dict[str, Any]) -> tuple:
@@ -59,93 +72,118 @@ def _row_order(row: dict[str, Any]) -> tuple:
     return (1, "", 0, 0, json.dumps(row, sort_keys=True, default=str))
 
 
-def restore_key_group(
-    store: ObjectStore, ctx: OperatorContext, kg: int, cache: dict[str, bytes]
-) -> KeyGroupState:
-    """State of key group ``kg`` as of the base checkpoint, without expired entries."""
-    chain = ctx.base.get(kg)
-    if not chain:
-        return {}
+def _subtask_state(ctx: OperatorContext, subtask: int) -> tuple[SubtaskState, TaskId]:
+    store = open_store(ctx.store_url, **ctx.store_options)
+    task = TaskId.of(ctx.uid, subtask)
+    prefix = Layout(ctx.pipeline).state_prefix(CheckpointId(ctx.checkpoint_id), ctx.attempt, task)
+    state = SubtaskState(
+        store,
+        uid=ctx.uid,
+        owned=key_group_range(ctx.max_parallelism, ctx.parallelism, subtask),
+        chains=key_group_chains(ctx.restore),
+        backend=ctx.backend,
+        prefix=prefix,
+        now_ms=ctx.trigger_time_ms,
+        ttl_ms=ctx.ttl_ms,
+        full_snapshot=ctx.full_snapshot,
+        max_deltas=ctx.max_deltas,
+    )
+    return state, task
 
-    state = load_key_group(chain, kg, cached_reader(store, cache), store.child_url)
-    if ctx.ttl_ms is not None:
-        floor = ctx.trigger_time_ms - ctx.ttl_ms
-        state = {k: v for k, v in state.items() if v[1] >= floor}
-    return state
+
+def _snapshot_and_ack(ctx: OperatorContext, state: SubtaskState, task: TaskId) -> None:
+    handles = state.snapshot()
+    ctx.faults.point("after_snapshot")
+    # A retried Spark task writes the same files and its ack is a DUPLICATE.
+    ack = Ack(task, ctx.attempt, tuple(handles))
+    acknowledge(state.store, Layout(ctx.pipeline), CheckpointId(ctx.checkpoint_id), ack)
 
 
 def process_subtask(
-    ctx: OperatorContext, fn: Any, subtask: int, rows: Iterable[dict[str, Any]]
-) -> Iterator[dict[str, Any]]:
-    """Run subtask ``subtask``: restore, apply ``fn`` per key, snapshot, ack; yields outputs.
+    ctx: OperatorContext, fn: Callable[..., Any], subtask: int, table: pa.Table
+) -> pa.Table:
+    """Run subtask ``subtask`` of a general keyed operator; returns its outputs.
 
-    Steps: 1. group this epoch's rows by key group and key; 2. per owned key group:
-    restore, apply; an unchanged key group keeps referencing its files, a changed one
-    adds its changed keys to this subtask's delta file (or is compacted into a new base
-    when its chain is long), and the memory backend writes one file per subtask; 3. ack.
+    Steps: 1. this epoch's rows by key, each key's rows in source order (by topic,
+    partition and offset when the rows carry them, else by content); 2. restore those keys;
+    3. ``fn(key, rows, state)`` per key in key order; 4. snapshot and ack.
     """
-    store = open_store(ctx.store_url, **ctx.store_options)
-    layout = Layout(ctx.pipeline)
-    task = TaskId.of(ctx.uid, subtask)
-    cid = CheckpointId(ctx.checkpoint_id)
-    prefix = layout.state_prefix(cid, ctx.attempt, task)
-    # Step 1: this epoch's rows by key group and key.
-    by_group: dict[int, dict[str, list[dict[str, Any]]]] = {}
-    for row in rows:
-        ck = canonical_key(row[ctx.key])
-        kg = key_group_for(ck.encode(), ctx.max_parallelism)
-        by_group.setdefault(kg, {}).setdefault(ck, []).append(row)
-    # Step 2: restore, apply, snapshot.
-    cache: dict[str, bytes] = {}
-    handles: list[StateHandle] = []
-    memory: dict[int, KeyGroupState] = {}
-    deltas: dict[int, KeyGroupState] = {}
+    # Step 1
+    rows = data_rows(table)
+    kgs = rows.column(KG).to_pylist()
+    records = rows.drop_columns([KG, SUBTASK]).to_pylist()
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    kg_of: dict[str, int] = {}
+    for kg, record in zip(kgs, records, strict=True):
+        ck = canonical_key(record[ctx.key])
+        by_key.setdefault(ck, []).append(record)
+        kg_of[ck] = kg
+    # Step 2
+    state, task = _subtask_state(ctx, subtask)
+    keys_by_kg: dict[int, list[str]] = {}
+    for ck, kg in kg_of.items():
+        keys_by_kg.setdefault(kg, []).append(ck)
+    previous = state.previous(keys_by_kg)
+    # Step 3
     outputs: list[dict[str, Any]] = []
-    for kg in key_group_range(ctx.max_parallelism, ctx.parallelism, subtask):
-        touched = by_group.get(kg)
-        chain = ctx.base.get(kg, [])
-        if ctx.backend == "table" and not touched and not ctx.full_snapshot:
-            handles.extend(chain)  # incremental: unchanged, referenced
-            continue
-        state = restore_key_group(store, ctx, kg, cache)
-        changed: KeyGroupState = {}
-        for ck in sorted(touched or {}):
-            key_rows = sorted(touched[ck], key=_row_order)
-            previous = state.get(ck)
-            out, new = fn(json.loads(ck), key_rows, None if previous is None else previous[0])
-            outputs.extend(out)
-            if new is None:
-                if state.pop(ck, None) is not None:
-                    changed[ck] = (None, ctx.trigger_time_ms)
-            else:
-                state[ck] = changed[ck] = (new, ctx.trigger_time_ms)
-        if ctx.backend == "memory":
-            if state:
-                memory[kg] = state
-        elif chain and not ctx.full_snapshot and len(chain) <= ctx.max_deltas:
-            # A short chain: only the changed keys go into this subtask's delta file.
-            handles.extend(chain)
-            if changed:
-                deltas[kg] = changed
-        elif state:
-            # First snapshot, full snapshot, or a long chain: compact into a new base.
-            data = encode_table(state)
-            key = f"{prefix}kg-{kg:05d}.parquet"
-            store.put(key, data)
-            handles.append(StateHandle(key, len(data), (kg,)))
-    if deltas:
-        data = encode_memory(ctx.uid, deltas)
-        key = f"{prefix}{DELTA_SUFFIX}"
-        store.put(key, data)
-        handles.append(StateHandle(key, len(data), tuple(sorted(deltas))))
-    if ctx.backend == "memory":
-        data = encode_memory(ctx.uid, memory)
-        key = f"{prefix}state.json"
-        store.put(key, data)
-        handles.append(StateHandle(key, len(data), tuple(sorted(memory))))
-    # One handle per file, whatever number of key groups it serves.
-    handles = list({h.key: h for h in handles}.values())
-    ctx.faults.point("after_snapshot")
-    # Step 3: the ack (a retried Spark task writes the same files and gets DUPLICATE).
-    acknowledge(store, layout, cid, Ack(task, ctx.attempt, tuple(handles)))
-    return iter(outputs)
+    for ck in sorted(by_key):
+        before = previous.get(ck)
+        old = None if before is None else before[0]
+        out, new = fn(json.loads(ck), sorted(by_key[ck], key=_row_order), old)
+        outputs.extend(out)
+        if new is not None:
+            state.put(kg_of[ck], ck, new)
+        elif before is not None:
+            state.delete(kg_of[ck], ck)
+    # Step 4
+    _snapshot_and_ack(ctx, state, task)
+    return pa.Table.from_pylist(outputs, schema=ctx.output_schema)
+
+
+_COMBINE: dict[str, Callable[[Any, Any], Any]] = {
+    "sum": lambda old, new: old + new,
+    "count": lambda old, new: old + new,
+    "min": min,
+    "max": max,
+}
+
+
+def merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.Table:
+    """Run subtask ``subtask`` of a built-in aggregation; returns ``key, <output column>``.
+
+    ``table`` holds one row per touched key with this epoch's aggregate (computed by Spark
+    SQL), so the Python work here grows with the keys touched, not with the records.
+
+    Steps: 1. canonical keys; 2. restore those keys; 3. combine each with this epoch's
+    aggregate; 4. snapshot and ack.
+    """
+    # Step 1
+    rows = data_rows(table)
+    keys = rows.column(ctx.key).to_pylist()
+    values = rows.column(AGGREGATE).to_pylist()
+    kgs = rows.column(KG).to_pylist()
+    cks = [canonical_key(k) for k in keys]
+    # Step 2
+    state, task = _subtask_state(ctx, subtask)
+    keys_by_kg: dict[int, list[str]] = {}
+    for ck, kg in zip(cks, kgs, strict=True):
+        keys_by_kg.setdefault(kg, []).append(ck)
+    previous = state.previous(keys_by_kg)
+    # Step 3
+    combine = _COMBINE[ctx.aggregate or "sum"]
+    results = []
+    for ck, kg, value in sorted(zip(cks, kgs, values, strict=True)):
+        before = previous.get(ck)
+        new = value if before is None else combine(before[0], value)
+        state.put(kg, ck, new)
+        results.append((ck, new))
+    # Step 4
+    _snapshot_and_ack(ctx, state, task)
+    out_keys = [json.loads(ck) for ck, _ in results]
+    return pa.table(
+        {
+            "key": [k if isinstance(k, str) else json.dumps(k) for k in out_keys],
+            ctx.output_column: [v for _, v in results],
+        },
+        schema=ctx.output_schema,
+    )

@@ -1,22 +1,44 @@
 """The process step of an epoch in Spark: read the barrier ranges, run the stages, ack.
 
-``run_epoch`` is one Spark job over one ``EpochPlan``: the executors read every partition's
-barrier range, the keyed operators restore the plan's state, apply their functions,
-snapshot and ack, the sinks stage their output and ack, and the driver acks the source.
-``engine.cycle.run_cycle`` wraps it with the other protocol steps for local runs; Airflow
-runs the same steps as separate tasks.
+``run_epoch`` runs one ``EpochPlan`` with DataFrame and Arrow APIs only (no RDD), so the same
+code runs in-process, under ``spark-submit`` and as a Spark Connect client:
+
+1. the source: ``spark.range(n_splits).mapInArrow(KafkaSplitReader)`` — each split of the
+   barrier is read in an executor and becomes Arrow record batches;
+2. the stages, in order:
+   - plain DataFrame functions as they are;
+   - a keyed operator: rows get their key group and subtask (``routing.route``, once per
+     distinct key), one marker row per subtask makes every subtask run, and
+     ``groupBy(subtask).applyInArrow`` runs ``keyed.process_subtask`` — restore, ``fn`` per
+     key, snapshot, ack from the executor;
+   - a built-in aggregation: Spark SQL aggregates per key first, so only one row per touched
+     key reaches ``keyed.merge_aggregate``;
+   - a sink: rows get a part by a hash of their columns, and each part is staged (or, at
+     least once, published) and acked by ``sinkstage.stage_part``;
+3. the source's ack (the barrier's ends) from the driver.
+
+An epoch with no records and nothing to rewrite runs no Spark job at all: every task acks
+its unchanged state from the driver.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.engine.api import KafkaSource, KeyedOperator, Pipeline
-from microcheckpoint.engine.keyed import OperatorContext, process_subtask
-from microcheckpoint.engine.sinkstage import SinkContext, stage_part
+from microcheckpoint.engine.keyed import (
+    AGGREGATE,
+    OperatorContext,
+    merge_aggregate,
+    process_subtask,
+)
+from microcheckpoint.engine.routing import KG, SUBTASK, route
+from microcheckpoint.engine.sinkstage import SinkContext, stage_table
+from microcheckpoint.engine.sources import KafkaSplitReader, kafka_schema
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import acknowledge
@@ -25,13 +47,13 @@ from microcheckpoint.protocol.plan import EpochPlan
 from microcheckpoint.protocol.records import Ack, CheckpointMetadata
 from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.chains import key_group_chains
+from microcheckpoint.state.handles import StateHandle
+from microcheckpoint.state.keygroups import key_group_range
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["EpochResult", "expected_tasks", "run_epoch", "source_schema"]
 
 log = logging.getLogger(__name__)
-
-_TYPES = {"string": "string", "long": "bigint", "double": "double", "boolean": "boolean"}
 
 
 @dataclass(frozen=True)
@@ -53,37 +75,112 @@ def expected_tasks(pipeline: Pipeline, parallelism: int) -> list[TaskId]:
 
 def source_schema(source: KafkaSource) -> str:
     """Spark DDL of the source's rows."""
-    meta = "topic string, partition int, offset bigint, timestamp_ms bigint, key binary"
-    headers = "headers array<struct<key:string,value:binary>>"
-    if source.value_format == "json" and source.schema:
-        fields = ", ".join(f"`{n}` {_TYPES[t]}" for n, t in source.schema.items())
-        return f"{meta}, {headers}, {fields}"
-    value = "binary" if source.value_format == "bytes" else "string"
-    return f"{meta}, {headers}, value {value}"
+    return kafka_schema(source.value_format, source.schema)[1]
 
 
-def _source_rows(bootstrap: str, source: KafkaSource, faults: Faults):
-    from microcheckpoint.adapters.decoding import decode_record
-    from microcheckpoint.adapters.kafka_reader import read_split
+def _arrow_schema(spark: Any, ddl: str) -> Any:
+    """The Arrow schema of a Spark DDL string (parsed by Spark, in-process or over Connect)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    def read(split):
-        for record in faults.reading(read_split(bootstrap, split)):
-            value = decode_record(record, source.value_format, source.schema)
-            row = {
-                "topic": record.topic,
-                "partition": record.partition,
-                "offset": record.offset,
-                "timestamp_ms": record.timestamp_ms,
-                "key": record.key,
-                "headers": [{"key": k, "value": v} for k, v in record.headers],
-            }
-            if source.value_format == "json" and source.schema:
-                row.update(value)
-            else:
-                row["value"] = value
-            yield row
+    return to_arrow_schema(spark.createDataFrame([], ddl).schema)
 
-    return read
+
+def _markers(spark: Any, parallelism: int) -> Any:
+    """One row per subtask, whose key group is null: every subtask runs, even with no rows."""
+    from pyspark.sql import functions as F
+
+    return spark.range(parallelism).select(
+        F.lit(None).cast("int").alias(KG), F.col("id").cast("int").alias(SUBTASK)
+    )
+
+
+def _source(spark: Any, pipeline: Pipeline, plan: EpochPlan, bootstrap: str, faults: Faults) -> Any:
+    from microcheckpoint.adapters.kafka_reader import split_ranges
+
+    source = pipeline.source
+    _, ddl = kafka_schema(source.value_format, source.schema)
+    splits = split_ranges(plan.barrier, source.max_records_per_split)
+    if not splits:
+        return spark.createDataFrame([], ddl)
+    reader = KafkaSplitReader(bootstrap, tuple(splits), source.value_format, source.schema, faults)
+    return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
+
+
+def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
+    from pyspark.sql import functions as F
+
+    if op.aggregate is not None:
+        agg = op.aggregate
+        column = F.lit(1) if agg.value is None else F.col(agg.value)
+        reduce = {"count": F.count, "sum": F.sum, "min": F.min, "max": F.max}[agg.kind]
+        df = df.groupBy(op.key).agg(reduce(column).alias(AGGREGATE))
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    schema = StructType(
+        [*df.schema.fields, StructField(KG, IntegerType()), StructField(SUBTASK, IntegerType())]
+    )
+    routed = df.mapInArrow(
+        functools.partial(
+            route, key=op.key, max_parallelism=ctx.max_parallelism, parallelism=ctx.parallelism
+        ),
+        schema,
+    )
+    grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
+    fn = op.fn
+
+    # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial here.
+    def process(key, table):  # type: ignore[no-untyped-def]
+        return process_subtask(ctx, fn, key[0].as_py(), table)
+
+    def merge(key, table):  # type: ignore[no-untyped-def]
+        return merge_aggregate(ctx, key[0].as_py(), table)
+
+    run = process if op.aggregate is None else merge
+    return grouped.groupBy(SUBTASK).applyInArrow(run, op.output_schema)
+
+
+def _sink_stage(spark: Any, df: Any, sink: Sink, ctx: SinkContext, parallelism: int) -> Any:
+    """The DataFrame that pre-commits ``df`` into ``sink`` as ``parallelism`` parts."""
+    from pyspark.sql import functions as F
+
+    columns = [F.col(f"`{c}`") for c in df.columns]
+    row = F.to_json(F.struct(*columns)) if columns else F.lit("")
+    part = F.pmod(F.xxhash64(row), F.lit(parallelism)).cast("int")
+    parts = df.select(*columns, F.lit(0).alias(KG), part.alias(SUBTASK))
+    grouped = parts.unionByName(_markers(spark, parallelism), allowMissingColumns=True)
+
+    def stage(key, table):  # type: ignore[no-untyped-def]
+        return stage_table(ctx, sink, key[0].as_py(), table)
+
+    return grouped.groupBy(SUBTASK).applyInArrow(stage, "part int, rows long")
+
+
+def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallelism: int) -> None:
+    """Acks of an epoch with no records: every subtask's state is what it was restored to."""
+    layout = Layout(pipeline.name)
+    for op in pipeline.operators:
+        chains = key_group_chains(plan.restore.get(op.uid, ()))
+        for subtask in range(parallelism):
+            owned = key_group_range(plan.max_parallelism, parallelism, subtask)
+            handles: dict[str, StateHandle] = {}
+            for kg in owned:
+                handles.update({h.key: h for h in chains.get(kg, ())})
+            task = TaskId.of(op.uid, subtask)
+            ack = Ack(task, plan.attempt, tuple(handles.values()))
+            acknowledge(store, layout, plan.checkpoint_id, ack)
+    for sink in pipeline.sinks:
+        for part in range(parallelism):
+            ack = Ack(TaskId.of(sink.uid, part), plan.attempt, ())
+            acknowledge(store, layout, plan.checkpoint_id, ack)
+
+
+def _idle(pipeline: Pipeline, plan: EpochPlan) -> bool:
+    """Nothing to read and nothing to rewrite: the epoch needs no Spark job."""
+    return (
+        plan.barrier.record_count == 0
+        and not plan.full_snapshot
+        and all(op.state_backend == "table" for op in pipeline.operators)
+    )
 
 
 def run_epoch(
@@ -99,33 +196,31 @@ def run_epoch(
 ) -> EpochResult:
     """Process one attempt of a checkpoint, as ``plan`` says, in one Spark job; every task acks.
 
-    Steps: 1. read the barrier ranges in executors; 2. run the stages, each keyed operator
-    as subtasks over key-group ranges restored from ``plan.restore``, each sink staging its
-    part; 3. ack the source with the barrier's ends.
+    Steps: 1. the source (or, for an idle epoch, the acks of unchanged state, and done);
+    2. the stages; 3. the actions: each sink's parts, then the outputs; 4. the source's ack.
     """
-    from microcheckpoint.adapters.kafka_reader import split_ranges
-
     faults = faults or Faults.from_env()
     options = dict(store_options or {})
-    parallelism = plan.parallelism(
-        *(op.uid for op in pipeline.operators), *(s.uid for s in pipeline.sinks)
-    )
-    if plan.mode is CheckpointingMode.AT_LEAST_ONCE:
-        for sink in pipeline.sinks:
-            sink.open()  # the executors publish as they go
+    uids = [op.uid for op in pipeline.operators] + [s.uid for s in pipeline.sinks]
+    parallelism = plan.parallelism(*uids)
     # Step 1: the source.
-    splits = split_ranges(plan.barrier, pipeline.source.max_records_per_split)
-    sc = spark.sparkContext
-    rows = sc.parallelize(splits, max(len(splits), 1)).flatMap(
-        _source_rows(bootstrap, pipeline.source, faults)
-    )
-    df = spark.createDataFrame(rows, source_schema(pipeline.source))
+    if _idle(pipeline, plan):
+        _idle_acks(pipeline, plan, store, parallelism)
+        df = None
+    else:
+        if plan.mode is CheckpointingMode.AT_LEAST_ONCE:
+            for sink in pipeline.sinks:
+                sink.open()  # the executors publish as they go
+        df = _source(spark, pipeline, plan, bootstrap, faults)
     # Step 2: the stages.
-    sink_runs = []
-    for stage in pipeline.stages:
+    staged = []
+    cached = []
+    stages = pipeline.stages if df is not None else []
+    for i, stage in enumerate(stages):
         if isinstance(stage, Sink):
             df = df.persist()
-            sink_ctx = SinkContext(
+            cached.append(df)
+            ctx = SinkContext(
                 store.url,
                 options,
                 pipeline.name,
@@ -133,9 +228,9 @@ def run_epoch(
                 plan.attempt,
                 plan.mode.value,
             )
-            sink_runs.append(_sink_stage(df, stage, sink_ctx, parallelism))
+            staged.append(_sink_stage(spark, df, stage, ctx, parallelism))
         elif isinstance(stage, KeyedOperator):
-            ctx = OperatorContext(
+            op_ctx = OperatorContext(
                 store_url=store.url,
                 store_options=options,
                 pipeline=pipeline.name,
@@ -147,58 +242,37 @@ def run_epoch(
                 parallelism=parallelism,
                 backend=stage.state_backend,
                 trigger_time_ms=plan.trigger_time_ms,
+                output_schema=_arrow_schema(spark, stage.output_schema),
                 ttl_ms=None if stage.state_ttl_s is None else int(stage.state_ttl_s * 1000),
                 full_snapshot=plan.full_snapshot,
-                base=key_group_chains(plan.restore.get(stage.uid, ())),
+                restore=tuple(plan.restore.get(stage.uid, ())),
                 faults=faults,
+                aggregate=None if stage.aggregate is None else stage.aggregate.kind,
+                output_column="total" if stage.aggregate is None else stage.aggregate.output,
             )
-            df = _keyed(spark, df, stage, ctx)
+            df = _keyed(spark, df, stage, op_ctx)
+            if i < len(stages) - 1:
+                # Run it once now: its state and acks must not depend on what later
+                # stages let Spark prune or compute twice.
+                df = df.persist()
+                df.count()
+                cached.append(df)
         else:
             df = stage(df)
-    for staged in sink_runs:
-        staged.count()
-    outputs = [r.asDict(recursive=True) for r in df.collect()] if collect else None
-    if not collect and not (pipeline.stages and isinstance(pipeline.stages[-1], Sink)):
-        df.count()
+    # Step 3: the actions.
+    outputs: list[dict[str, Any]] | None = [] if collect else None
+    if df is not None:
+        for parts in staged:
+            parts.collect()
+        if collect:
+            outputs = [r.asDict(recursive=True) for r in df.collect()]
+        elif not (pipeline.stages and isinstance(pipeline.stages[-1], Sink)):
+            df.count()
+        for frame in cached:
+            frame.unpersist()
     faults.slow(pipeline.name)
-    # Step 3: the source's operator state is the barrier's ends.
+    # Step 4: the source's operator state is the barrier's ends.
     offsets = {str(tp): end for tp, end in plan.barrier.ends.items()}
     source_ack = Ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, (), offsets)
     acknowledge(store, Layout(pipeline.name), plan.checkpoint_id, source_ack)
     return EpochResult(plan.checkpoint_id, plan.attempt, plan.barrier.record_count, outputs)
-
-
-def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
-    from microcheckpoint.state.backends import canonical_key
-    from microcheckpoint.state.keygroups import key_group_for, subtask_for_key_group
-
-    p, max_p, key, fn = ctx.parallelism, ctx.max_parallelism, op.key, op.fn
-
-    def route(row: Any) -> tuple[int, dict[str, Any]]:
-        d = row.asDict(recursive=True)
-        kg = key_group_for(canonical_key(d[key]).encode(), max_p)
-        return subtask_for_key_group(max_p, p, kg), d
-
-    keyed = df.rdd.map(route).partitionBy(p, lambda subtask: subtask)
-    out = keyed.mapPartitionsWithIndex(
-        lambda index, items: process_subtask(ctx, fn, index, (d for _, d in items))
-    )
-    return spark.createDataFrame(out, op.output_schema)
-
-
-def _sink_stage(df: Any, sink: Sink, ctx: SinkContext, parallelism: int) -> Any:
-    """The RDD that pre-commits ``df`` into ``sink`` as ``parallelism`` subtasks."""
-    import hashlib
-    import json as _json
-
-    def route(row: Any) -> tuple[int, dict[str, Any]]:
-        d = row.asDict(recursive=True)
-        digest = hashlib.blake2b(
-            _json.dumps(d, sort_keys=True, default=str).encode(), digest_size=8
-        )
-        return int.from_bytes(digest.digest(), "big") % parallelism, d
-
-    routed = df.rdd.map(route).partitionBy(parallelism, lambda part: part)
-    return routed.mapPartitionsWithIndex(
-        lambda index, items: stage_part(ctx, sink, index, (d for _, d in items))
-    )

@@ -14,7 +14,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from microcheckpoint.config import CheckpointingMode
+from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import acknowledge
@@ -27,7 +30,7 @@ from microcheckpoint.storage import ObjectStore, open_store
 if TYPE_CHECKING:
     from microcheckpoint.engine.api import Pipeline
 
-__all__ = ["SinkContext", "commit_sinks", "sink_publisher", "stage_part"]
+__all__ = ["SinkContext", "commit_sinks", "sink_publisher", "stage_part", "stage_table"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,11 @@ def _row_key(row: dict[str, Any]) -> str:
 def stage_part(
     ctx: SinkContext, sink: Sink, part: int, rows: Iterable[dict[str, Any]]
 ) -> Iterator[int]:
-    """Pre-commit (or, at least once, publish) subtask ``part``'s rows, then ack."""
+    """Pre-commit (or, at least once, publish) subtask ``part``'s rows, then ack.
+
+    Rows are staged sorted by their JSON, so a retried task writes the same bytes. Yields
+    the number of rows.
+    """
     store = open_store(ctx.store_url, **ctx.store_options)
     ordered = sorted(rows, key=_row_key)
     cid = CheckpointId(ctx.checkpoint_id)
@@ -65,6 +72,14 @@ def stage_part(
         handles = (StateHandle(key, len(data)),)
     acknowledge(store, layout, cid, Ack(task, ctx.attempt, handles))
     return iter([len(ordered)])
+
+
+def stage_table(ctx: SinkContext, sink: Sink, part: int, table: pa.Table) -> pa.Table:
+    """``stage_part`` for a part's rows as Arrow (the router's marker row is dropped);
+    returns one row ``(part, rows)``."""
+    rows = data_rows(table).drop_columns([KG, SUBTASK]).to_pylist()
+    count = next(stage_part(ctx, sink, part, rows))
+    return pa.table({"part": pa.array([part], pa.int32()), "rows": pa.array([count], pa.int64())})
 
 
 def commit_sinks(store: ObjectStore, sinks: Iterable[Sink], meta: CheckpointMetadata) -> None:

@@ -11,7 +11,8 @@ from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.protocol.view import scan
-from microcheckpoint.state.chains import cached_reader, key_group_chains, load_key_group
+from microcheckpoint.state.chains import key_group_chains, load_key_group
+from microcheckpoint.state.files import read_rows
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["keyed_state_of", "read_keyed_state", "state_dataframe"]
@@ -54,9 +55,10 @@ def keyed_state_of(
         if task.uid.value == uid
         for h in ack.handles
     ]
-    read = cached_reader(store, {})
     for kg, chain in sorted(key_group_chains(handles).items()):
-        for ck, (value, updated) in load_key_group(chain, kg, read, store.child_url).items():
+        for ck, (value, updated) in load_key_group(
+            chain, kg, lambda h: read_rows(store, h)
+        ).items():
             if floor is None or updated >= floor:
                 out[_hashable(json.loads(ck))] = value
     return out

@@ -1,0 +1,129 @@
+"""Sources as Arrow: an epoch's records arrive in the executors as Arrow record batches.
+
+``KafkaSplitReader`` is a ``mapInArrow`` function over ``spark.range(n_splits)``: each row is
+a split of the barrier, read by one consumer in an executor and turned into record batches
+column by column, so no Python row object crosses into Spark. No Spark import here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from microcheckpoint.adapters.decoding import check_value_format, decode_record
+from microcheckpoint.faults import Faults
+
+__all__ = ["HEADERS", "KafkaSplitReader", "kafka_schema"]
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_FIELD_TYPES = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+}
+_SPARK_TYPES = {"string": "string", "long": "bigint", "double": "double", "boolean": "boolean"}
+
+
+def kafka_schema(value_format: str, schema: dict[str, str] | None) -> tuple[pa.Schema, str]:
+    """The Arrow schema of a Kafka source's rows, and the same as a Spark DDL string.
+
+    Columns: ``topic, partition, offset, timestamp_ms, key, headers`` and ``value`` (binary
+    for ``bytes``, string for ``text`` and ``json``), or, for ``json`` with a schema, its
+    fields in its order.
+    """
+    check_value_format(value_format, schema)
+    fields = [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp_ms", pa.int64()),
+        ("key", pa.binary()),
+        ("headers", HEADERS),
+    ]
+    ddl = [
+        "topic string",
+        "partition int",
+        "offset bigint",
+        "timestamp_ms bigint",
+        "key binary",
+        "headers array<struct<key:string,value:binary>>",
+    ]
+    if value_format == "json" and schema:
+        fields += [(name, _FIELD_TYPES[kind]) for name, kind in schema.items()]
+        ddl += [f"`{name}` {_SPARK_TYPES[kind]}" for name, kind in schema.items()]
+    else:
+        kind = pa.binary() if value_format == "bytes" else pa.string()
+        fields.append(("value", kind))
+        ddl.append(f"value {'binary' if value_format == 'bytes' else 'string'}")
+    return pa.schema(fields), ", ".join(ddl)
+
+
+@dataclass(frozen=True)
+class KafkaSplitReader:
+    """Reads splits of a barrier as record batches (a ``mapInArrow`` function).
+
+    Its input batches hold split indexes into ``splits``; each split is read whole, in offset
+    order, and yielded in batches of at most ``batch_rows`` records.
+    """
+
+    bootstrap: str
+    splits: tuple[Any, ...]
+    value_format: str
+    schema: dict[str, str] | None = None
+    faults: Faults = field(default_factory=Faults)
+    batch_rows: int = 8192
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield from self.read(self.splits[index])
+
+    def read(self, split: Any) -> Iterator[pa.RecordBatch]:
+        from microcheckpoint.adapters.kafka_reader import read_split
+
+        arrow, _ = kafka_schema(self.value_format, self.schema)
+        records = []
+        for record in self.faults.reading(read_split(self.bootstrap, split)):
+            records.append(record)
+            if len(records) == self.batch_rows:
+                yield self._batch(records, arrow)
+                records = []
+        if records:
+            yield self._batch(records, arrow)
+
+    def _batch(self, records: list[Any], arrow: pa.Schema) -> pa.RecordBatch:
+        columns: list[Any] = [
+            [r.topic for r in records],
+            [r.partition for r in records],
+            [r.offset for r in records],
+            [r.timestamp_ms for r in records],
+            [r.key for r in records],
+            [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+        ]
+        if self.value_format == "json" and self.schema:
+            decoded = [decode_record(r, "json", self.schema) for r in records]
+            columns += [[d[name] if d else None for d in decoded] for name in self.schema]
+        elif self.value_format == "bytes":
+            columns.append([r.value for r in records])
+        else:
+            columns.append(self._text(records))
+        return pa.RecordBatch.from_arrays(
+            [pa.array(values, type=f.type) for values, f in zip(columns, arrow, strict=True)],
+            schema=arrow,
+        )
+
+    def _text(self, records: list[Any]) -> pa.Array:
+        """Values as strict UTF-8 (and, for ``json``, valid JSON), validated in bulk."""
+        if self.value_format == "text":
+            try:
+                return pa.array([r.value for r in records], pa.binary()).cast(pa.string())
+            except pa.ArrowInvalid:
+                pass  # find the record that is not UTF-8, and name it
+        values = [decode_record(r, self.value_format) for r in records]  # raises, naming it
+        if self.value_format == "json":  # valid JSON: the column keeps its text
+            values = [None if r.value is None else bytes(r.value).decode() for r in records]
+        return pa.array(values, pa.string())

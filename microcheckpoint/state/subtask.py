@@ -1,0 +1,229 @@
+"""One keyed operator subtask's state for one epoch: restore what it touches, snapshot, hand back.
+
+Cost follows the work. ``previous`` reads, of every file in the chains of the touched key
+groups, only the touched keys (an Arrow filter over cached state rows), so an epoch's Python
+work grows with the keys it touches, not with the state. ``snapshot`` writes one delta file
+holding only the changed keys; the subtask compacts (rewrites its key groups into one base
+file, in Arrow) when a chain grows past ``max_deltas`` or a snapshot must be full.
+
+The ``memory`` backend keeps Flink's heap-backend shape instead: all the subtask's state in
+one JSON file, rewritten every epoch and capped at ``MEMORY_LIMIT_BYTES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from microcheckpoint.state.backends import encode_memory
+from microcheckpoint.state.chains import fold, is_delta, written_at
+from microcheckpoint.state.files import (
+    BASE_NAME,
+    DELTA_NAME,
+    FILES,
+    ROWS,
+    FileCache,
+    encode_rows,
+    read_rows,
+    rows_from_groups,
+    select,
+)
+from microcheckpoint.state.handles import StateHandle
+from microcheckpoint.storage.port import ObjectStore
+
+__all__ = ["SubtaskState"]
+
+KeyGroupState = dict[str, tuple[Any, int]]
+_DELETED = object()
+
+
+class SubtaskState:
+    """The state of the key groups ``owned`` by one subtask, as of the epoch's base checkpoint.
+
+    Args:
+        store: checkpoint storage.
+        uid: the operator's uid (named in errors).
+        owned: the key groups this subtask owns at the epoch's parallelism.
+        chains: per key group, its file chain in the state restored from.
+        backend: ``table`` or ``memory``.
+        prefix: where this attempt writes its files (unique per attempt).
+        now_ms: the epoch's trigger time; every changed key records it.
+        ttl_ms: state older than this at ``now_ms`` reads as absent (None: forever).
+        full_snapshot: write full snapshots that reference nothing restored.
+        max_deltas: compact once a key group's chain holds more deltas than this.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        uid: str,
+        owned: Iterable[int],
+        chains: Mapping[int, list[StateHandle]],
+        backend: str,
+        prefix: str,
+        now_ms: int,
+        ttl_ms: int | None = None,
+        full_snapshot: bool = False,
+        max_deltas: int = 8,
+        cache: FileCache | None = FILES,
+    ) -> None:
+        self.store = store
+        self.uid = uid
+        self.owned = sorted(set(owned))
+        self.chains = {kg: list(chains[kg]) for kg in self.owned if chains.get(kg)}
+        self.backend = backend
+        self.prefix = prefix
+        self.now_ms = now_ms
+        self.floor = None if ttl_ms is None else now_ms - ttl_ms
+        self.full_snapshot = full_snapshot
+        self.max_deltas = max_deltas
+        self.cache = cache
+        self.changes: dict[int, dict[str, Any]] = {}
+
+    # ---- reading ----------------------------------------------------------------------
+
+    def _rows(self, handle: StateHandle) -> pa.Table:
+        return read_rows(self.store, handle, self.cache)
+
+    def _live(self, state: KeyGroupState) -> KeyGroupState:
+        if self.floor is None:
+            return state
+        return {k: v for k, v in state.items() if v[1] >= self.floor}
+
+    def previous(self, keys_by_kg: Mapping[int, Iterable[str]]) -> dict[str, tuple[Any, int]]:
+        """``(value, updated_ms)`` of the given keys (canonical JSON) before this epoch.
+
+        A key with no state, or state older than the TTL, is left out. Reads only the touched
+        keys of the touched key groups' chains.
+        """
+        found: dict[str, tuple[Any, int]] = {}
+        for kg, keys in keys_by_kg.items():
+            chain = self.chains.get(kg)
+            if chain:
+                wanted = list(keys)
+                found.update(self._live(fold((self._rows(h) for h in chain), kg, wanted)))
+        return found
+
+    # ---- changing ---------------------------------------------------------------------
+
+    def put(self, kg: int, key: str, value: Any) -> None:
+        """Set ``key``'s state (``key`` is its canonical JSON)."""
+        self.changes.setdefault(kg, {})[key] = value
+
+    def delete(self, kg: int, key: str) -> None:
+        """Delete ``key``'s state (a tombstone in the delta)."""
+        self.changes.setdefault(kg, {})[key] = _DELETED
+
+    # ---- snapshotting -----------------------------------------------------------------
+
+    def _compacts(self) -> bool:
+        return self.full_snapshot or any(
+            sum(1 for h in chain if is_delta(h.key)) >= self.max_deltas
+            for chain in self.chains.values()
+        )
+
+    def snapshot(self) -> list[StateHandle]:
+        """Write this epoch's files; the handles of every file the subtask's state is in now.
+
+        ``table``: a delta of the changed keys, referencing the unchanged chains, or, when
+        compacting, one base file of all the subtask's live state. ``memory``: one JSON file.
+        """
+        if self.backend == "memory":
+            return self._snapshot_memory()
+        if self._compacts():
+            return self._snapshot_base()
+        handles = [h for chain in self.chains.values() for h in chain]
+        if self.changes:
+            groups = {
+                kg: {k: (None if v is _DELETED else v, self.now_ms) for k, v in sorted(ch.items())}
+                for kg, ch in self.changes.items()
+            }
+            handles.append(self._put(DELTA_NAME, encode_rows(rows_from_groups(groups)), groups))
+        return list({h.key: h for h in handles}.values())
+
+    def _put(self, name: str, data: bytes, groups: Iterable[int]) -> StateHandle:
+        key = self.prefix + name
+        self.store.put(key, data)
+        return StateHandle(key, len(data), tuple(sorted(groups)))
+
+    def _all_rows(self) -> pa.Table:
+        """Every live state row of the owned key groups, resolved in Arrow (latest wins)."""
+        parts = []
+        files = {h.key: h for chain in self.chains.values() for h in chain}
+        order = {key: i for i, key in enumerate(_chain_order(self.chains))}
+        for key, handle in files.items():
+            rows = select(self._rows(handle), [kg for kg, c in self.chains.items() if handle in c])
+            seq = pa.array([order[key]] * rows.num_rows, pa.int32())
+            parts.append(rows.append_column("seq", seq))
+        if not parts:
+            return ROWS.empty_table()
+        rows = pa.concat_tables(parts).sort_by(
+            [("kg", "ascending"), ("key", "ascending"), ("seq", "ascending")]
+        )
+        if rows.num_rows:
+            kg, key = rows.column("kg"), rows.column("key")
+            n = rows.num_rows
+            # The last row of each (kg, key) run is the newest.
+            last = pc.or_(
+                pc.not_equal(kg.slice(0, n - 1), kg.slice(1)),
+                pc.not_equal(key.slice(0, n - 1), key.slice(1)),
+            )
+            rows = rows.filter(pa.concat_arrays([last.combine_chunks(), pa.array([True])]))
+        rows = rows.filter(pc.is_valid(rows.column("state")))
+        if self.floor is not None:
+            rows = rows.filter(pc.greater_equal(rows.column("updated_ms"), self.floor))
+        return rows.select(ROWS.names)
+
+    def _snapshot_base(self) -> list[StateHandle]:
+        rows = self._all_rows()
+        if self.changes:
+            changed = rows_from_groups(
+                {
+                    kg: {k: (None if v is _DELETED else v, self.now_ms) for k, v in ch.items()}
+                    for kg, ch in self.changes.items()
+                }
+            )
+            stale = pc.is_in(
+                pc.binary_join_element_wise(
+                    rows.column("kg").cast(pa.string()), rows.column("key"), "\x00"
+                ),
+                value_set=pc.binary_join_element_wise(
+                    changed.column("kg").cast(pa.string()), changed.column("key"), "\x00"
+                ),
+            )
+            rows = pa.concat_tables(
+                [
+                    rows.filter(pc.invert(stale)),
+                    changed.filter(pc.is_valid(changed.column("state"))),
+                ]
+            )
+        if rows.num_rows == 0:
+            return []
+        kgs = sorted(set(rows.column("kg").to_pylist()))
+        return [self._put(BASE_NAME, encode_rows(rows), kgs)]
+
+    def _snapshot_memory(self) -> list[StateHandle]:
+        groups: dict[int, KeyGroupState] = {}
+        for kg in self.owned:
+            chain = self.chains.get(kg)
+            state = self._live(fold((self._rows(h) for h in chain), kg)) if chain else {}
+            for key, value in self.changes.get(kg, {}).items():
+                if value is _DELETED:
+                    state.pop(key, None)
+                else:
+                    state[key] = (value, self.now_ms)
+            if state:
+                groups[kg] = state
+        data = encode_memory(self.uid, groups)
+        return [self._put("state.json", data, groups)]
+
+
+def _chain_order(chains: Mapping[int, list[StateHandle]]) -> list[str]:
+    """Every file of ``chains``: bases first, then deltas oldest first. A key group's chain is
+    one base and the deltas after it, so this order is every chain's own order."""
+    keys = {h.key for chain in chains.values() for h in chain}
+    return sorted(keys, key=lambda k: (is_delta(k), *written_at(k)))
