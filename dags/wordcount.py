@@ -8,7 +8,7 @@ the tests and docker/ (see the README's "Airflow" section).
 import os
 from datetime import datetime
 
-from microcheckpoint_airflow import LocalSpark, PipelineSpec, SparkSubmit, pipeline_dags
+from microcheckpoint_airflow import PipelineSpec, pipeline_dags, spark_mode
 
 env = os.environ.get
 
@@ -31,10 +31,6 @@ spec = PipelineSpec(
     savepoint_roots=tuple(r for r in env("MICROCHECKPOINT_SAVEPOINT_ROOTS", "").split(",") if r),
 )
 
-spark = (
-    SparkSubmit(env("MICROCHECKPOINT_SPARK_CONN_ID", "spark_default"))
-    if env("MICROCHECKPOINT_SPARK_MODE", "local") == "submit"
-    else LocalSpark()
-)
+spark = spark_mode(env("MICROCHECKPOINT_SPARK_MODE", "local"), env("MICROCHECKPOINT_SPARK_CONN_ID"))
 
 globals().update(pipeline_dags(spec, start_date=datetime(2026, 1, 1), spark=spark))

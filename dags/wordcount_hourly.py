@@ -9,7 +9,7 @@ a savepoint: the "backfill from savepoint" flow). DAGs: ``wordcount_hourly_pipel
 import os
 from datetime import datetime
 
-from microcheckpoint_airflow import LocalSpark, PipelineSpec, SparkSubmit, pipeline_dags
+from microcheckpoint_airflow import PipelineSpec, pipeline_dags, spark_mode
 
 env = os.environ.get
 topic = env("WORDCOUNT_HOURLY_TOPIC", "lines-hourly")
@@ -32,11 +32,7 @@ spec = PipelineSpec(
     savepoint_roots=tuple(r for r in env("MICROCHECKPOINT_SAVEPOINT_ROOTS", "").split(",") if r),
 )
 
-spark = (
-    SparkSubmit(env("MICROCHECKPOINT_SPARK_CONN_ID", "spark_default"))
-    if env("MICROCHECKPOINT_SPARK_MODE", "local") == "submit"
-    else LocalSpark()
-)
+spark = spark_mode(env("MICROCHECKPOINT_SPARK_MODE", "local"), env("MICROCHECKPOINT_SPARK_CONN_ID"))
 
 start = datetime.fromisoformat(env("WORDCOUNT_HOURLY_START", "2026-01-01T00:00:00+00:00"))
 end = env("WORDCOUNT_HOURLY_END")  # set it to replay a fixed past range only

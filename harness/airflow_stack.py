@@ -268,10 +268,12 @@ def airflow_environment(
     password: str,
     extra: dict[str, str] | None = None,
     database_url: str | None = None,
+    spark_connect: str | None = None,
 ) -> dict[str, str]:
     """Environment for every Airflow process: config, connections, paths.
 
     ``database_url`` is the metadata database (SQLAlchemy URL); SQLite in ``home`` if None.
+    ``spark_connect`` (``sc://host:port``) becomes connection ``spark_connect_default``.
     """
     venv_bin = str(Path(sys.executable).parent)
     storage_conn: dict[str, Any] = {"conn_type": "aws"}
@@ -330,6 +332,11 @@ def airflow_environment(
     if s3 is not None:
         env.update(s3.environment())
         env["MICROCHECKPOINT_S3_ENDPOINT"] = s3.url
+    if spark_connect is not None:
+        host, _, port = spark_connect.removeprefix("sc://").partition(":")
+        env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(
+            {"conn_type": "spark_connect", "host": host, "port": int(port)}
+        )
     env.update(extra or {})
     return env
 
@@ -367,11 +374,13 @@ def start_airflow(
     extra_env: dict[str, str] | None = None,
     timeout: float = 240.0,
     database: str = "postgres",
+    spark_connect: str | None = None,
 ) -> AirflowStack:
     """Start ``airflow standalone`` in ``home``; returns when all components are healthy.
 
     ``database`` is ``postgres`` (a PostgreSQL server of its own, the default) or ``sqlite``
-    (one file in ``home``: one writer at a time, see docs/testing.md).
+    (one file in ``home``: one writer at a time, see docs/testing.md). ``spark_connect`` is a
+    Spark Connect server's ``sc://`` URL for connection ``spark_connect_default``.
     """
     home.mkdir(parents=True, exist_ok=True)
     postgres = None
@@ -385,7 +394,14 @@ def start_airflow(
     password = secrets.token_urlsafe(12)
     (home / "passwords.json").write_text(json.dumps({"admin": password}))
     env = airflow_environment(
-        home, port, kafka_bootstrap, s3, password, extra_env, postgres.url if postgres else None
+        home,
+        port,
+        kafka_bootstrap,
+        s3,
+        password,
+        extra_env,
+        postgres.url if postgres else None,
+        spark_connect,
     )
     airflow = Path(sys.executable).with_name("airflow")
     service = _spawn("airflow", [str(airflow), "standalone"], env, home, f"127.0.0.1:{port}")

@@ -92,8 +92,12 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
         shutil.rmtree(output)
     output.mkdir(parents=True)
     sink = f"file://{output / 'published'}"
-    _say(f"starting Tansu, the moto S3 server and Airflow (logs in {output})")
+    _say(
+        f"starting Tansu, the moto S3 server, a Spark Connect server and Airflow (logs in {output})"
+    )
     with services.local_stack(output / "service-logs") as stack:
+        connect = services.start_spark_connect(output / "service-logs")
+        stack.started.append(connect)
         s3 = stack.s3
         client = make_client(s3.url, s3.region, s3.access_key, s3.secret_key)
         ensure_bucket(client, BUCKET)
@@ -106,8 +110,12 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             "WORDCOUNT_MIN_PAUSE": "5s",
             "WORDCOUNT_MAX_RECORDS": str(max_records),
             "WORDCOUNT_RETAINED": "20",
+            # Every epoch runs on the one warm Spark Connect server: no JVM per task.
+            "MICROCHECKPOINT_SPARK_MODE": "connect",
         }
-        airflow: AirflowStack = start_airflow(output / "airflow", stack.kafka_bootstrap, s3, env)
+        airflow: AirflowStack = start_airflow(
+            output / "airflow", stack.kafka_bootstrap, s3, env, spark_connect=connect.address
+        )
         try:
             api = airflow.client
             _say(f"Airflow UI: {airflow.url}  login: {airflow.username} / {airflow.password}")

@@ -35,6 +35,7 @@ from pathlib import Path
 from microcheckpoint.errors import ServiceError
 
 __all__ = [
+    "ENV_CONNECT",
     "ENV_KAFKA",
     "ENV_S3",
     "S3Endpoint",
@@ -42,11 +43,13 @@ __all__ = [
     "free_port",
     "local_stack",
     "start_moto",
+    "start_spark_connect",
     "start_tansu",
     "tansu_binary",
 ]
 
 ENV_KAFKA = "MICROCHECKPOINT_KAFKA_BOOTSTRAP"
+ENV_CONNECT = "MICROCHECKPOINT_SPARK_CONNECT"
 ENV_S3 = "MICROCHECKPOINT_S3_ENDPOINT"
 
 _TEST_KEY = "testing"
@@ -273,6 +276,50 @@ def start_tansu(
     ]
     service = _spawn("tansu", argv, env, log_dir, f"127.0.0.1:{port}")
     _wait_until(service, lambda: _kafka_answers("127.0.0.1", port), timeout)
+    return service
+
+
+def start_spark_connect(
+    log_dir: Path,
+    master: str = "local[2]",
+    timeout: float = 120.0,
+    conf: dict[str, str] | None = None,
+) -> Service:
+    """Start pyspark's own Spark Connect server on a free loopback port; ``address`` is its
+    ``sc://`` URL. One warm JVM serves many short epochs (no JVM start per epoch).
+
+    Its Python workers run this interpreter, with this process's ``sys.path`` (so the
+    project's pipelines import there as here).
+    """
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    port = free_port()
+    settings = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        "spark.python.worker.reuse": "true",
+        **(conf or {}),
+    }
+    argv = [str(home / "sbin" / "start-connect-server.sh"), "--wait", "--master", master]
+    argv += ["--driver-memory", "1g"]
+    for name, value in settings.items():
+        argv += ["--conf", f"{name}={value}"]
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and Path(p).is_dir()),
+        "SPARK_LOG_DIR": str(log_dir),
+        "SPARK_PID_DIR": str(log_dir),
+    }
+    service = _spawn("spark-connect", argv, env, log_dir, f"sc://127.0.0.1:{port}")
+    _wait_until(service, lambda: _tcp_answers("127.0.0.1", port), timeout)
     return service
 
 

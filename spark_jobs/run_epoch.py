@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--master", default=None, help="Spark master (default: local[2] or spark-submit's)"
     )
+    parser.add_argument(
+        "--remote",
+        default=os.environ.get("MICROCHECKPOINT_SPARK_CONNECT"),
+        help="sc://host:port of a Spark Connect server: run as its client, with no JVM here",
+    )
     args = parser.parse_args(argv)
 
     pipeline = load_pipeline(args.pipeline, json.loads(args.pipeline_kwargs))
@@ -60,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     config = CheckpointConfig.from_mapping(
         {"pipeline": pipeline.name, "storage": args.storage, **json.loads(args.config)}
     )
-    from microcheckpoint.engine.spark import local_spark
+    from microcheckpoint.engine.spark import connect_spark, local_spark
 
-    spark = local_spark(args.master)
+    spark = connect_spark(args.remote) if args.remote else local_spark(args.master)
     try:
         if args.checkpoint is None:
             result = run_cycle(
@@ -85,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                     "checkpoint": result.checkpoint_id.value,
                     "attempt": result.attempt,
                     "records": result.records,
-                    "master": spark.sparkContext.master,
+                    "master": f"connect {args.remote}"
+                    if args.remote
+                    else spark.sparkContext.master,
                 }
             )
         )

@@ -1,4 +1,4 @@
-"""A SparkSession for local runs and tests (``local[2]`` by default)."""
+"""SparkSessions: in-process (``local[2]`` by default), or a client of a Spark Connect server."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["local_spark"]
+__all__ = ["connect_spark", "local_spark"]
 
 
 def local_spark(
@@ -39,3 +39,14 @@ def local_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def connect_spark(url: str) -> Any:
+    """A Spark Connect client session for ``url`` (``sc://host:port``): no JVM in this process.
+
+    The server keeps its JVM and Python workers warm between epochs; its settings (shuffle
+    partitions, memory) are the server's.
+    """
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()

@@ -5,6 +5,20 @@ DAG files use ``pipeline_dags`` (see ``factory``); nothing here contacts Kafka, 
 Spark at import time.
 """
 
-from microcheckpoint_airflow.factory import LocalSpark, PipelineSpec, SparkSubmit, pipeline_dags
+from microcheckpoint_airflow.factory import (
+    LocalSpark,
+    PipelineSpec,
+    SparkConnect,
+    SparkSubmit,
+    pipeline_dags,
+    spark_mode,
+)
 
-__all__ = ["LocalSpark", "PipelineSpec", "SparkSubmit", "pipeline_dags"]
+__all__ = [
+    "LocalSpark",
+    "PipelineSpec",
+    "SparkConnect",
+    "SparkSubmit",
+    "pipeline_dags",
+    "spark_mode",
+]

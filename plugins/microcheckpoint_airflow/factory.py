@@ -19,9 +19,11 @@ from typing import Any
 from airflow.sdk import DAG, DeltaDataIntervalTimetable, Param, TriggerRule
 
 from microcheckpoint.config import BarrierPolicy
+from microcheckpoint.errors import ConfigError
 from microcheckpoint_airflow.operators import (
     AbortCheckpointOperator,
     CompleteCheckpointOperator,
+    ConnectEpochOperator,
     EpochSparkSubmitOperator,
     LocalEpochOperator,
     NotifyCheckpointOperator,
@@ -42,7 +44,14 @@ from microcheckpoint_airflow.sensors import (
 )
 from microcheckpoint_airflow.spec import PipelineSpec
 
-__all__ = ["LocalSpark", "PipelineSpec", "SparkSubmit", "pipeline_dags"]
+__all__ = [
+    "LocalSpark",
+    "PipelineSpec",
+    "SparkConnect",
+    "SparkSubmit",
+    "pipeline_dags",
+    "spark_mode",
+]
 
 CID = "{{ ti.xcom_pull(task_ids='trigger_checkpoint') }}"
 
@@ -58,6 +67,16 @@ class LocalSpark:
 
 
 @dataclass(frozen=True)
+class SparkConnect:
+    """Run each epoch as a client of a Spark Connect server (one warm JVM for every epoch).
+
+    ``conn_id`` is a Spark provider ``spark_connect`` connection (host and port of the server).
+    """
+
+    conn_id: str = "spark_connect_default"
+
+
+@dataclass(frozen=True)
 class SparkSubmit:
     """Run each epoch with ``spark-submit`` through the Spark provider's connection."""
 
@@ -67,12 +86,29 @@ class SparkSubmit:
     driver_memory: str | None = None
 
 
+Spark = LocalSpark | SparkConnect | SparkSubmit
+
+
+def spark_mode(mode: str, conn_id: str | None = None) -> Spark:
+    """How epochs run, by name: ``local`` (in the task), ``connect`` (a Spark Connect client,
+    connection ``conn_id`` or ``spark_connect_default``) or ``submit`` (``spark-submit``,
+    connection ``conn_id`` or ``spark_default``); for DAG files configured by the environment.
+    """
+    if mode == "local":
+        return LocalSpark()
+    if mode == "connect":
+        return SparkConnect(conn_id or "spark_connect_default")
+    if mode == "submit":
+        return SparkSubmit(conn_id or "spark_default")
+    raise ConfigError("spark mode", mode, "one of local, connect, submit")
+
+
 # Pausing and unpausing go through Airflow's REST API, which may briefly refuse a call (an API
 # server restarting, a busy metadata database); the call is idempotent, so try it again.
 API_RETRY: dict[str, Any] = {"retries": 3, "retry_delay": timedelta(seconds=5)}
 
 
-def _pipeline_dag(spec: PipelineSpec, spark: LocalSpark | SparkSubmit, common: dict) -> DAG:
+def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
     config = spec.config
     timeout_s = config.timeout
     data_interval = config.barrier_policy is BarrierPolicy.DATA_INTERVAL
@@ -111,6 +147,14 @@ def _pipeline_dag(spec: PipelineSpec, spark: LocalSpark | SparkSubmit, common: d
                 conf=dict(spark.conf),
                 executor_memory=spark.executor_memory,
                 driver_memory=spark.driver_memory,
+                execution_timeout=timedelta(seconds=timeout_s),
+            )
+        elif isinstance(spark, SparkConnect):
+            process = ConnectEpochOperator(
+                task_id="process_epoch",
+                spec=spec,
+                checkpoint_id=CID,
+                conn_id=spark.conn_id,
                 execution_timeout=timedelta(seconds=timeout_s),
             )
         else:
@@ -285,7 +329,7 @@ def pipeline_dags(
     *,
     start_date: datetime,
     end_date: datetime | None = None,
-    spark: LocalSpark | SparkSubmit | None = None,
+    spark: Spark | None = None,
     catchup: bool = False,
     tags: tuple[str, ...] = (),
     default_args: dict[str, Any] | None = None,

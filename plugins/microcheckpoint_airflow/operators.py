@@ -1,7 +1,7 @@
 """Operators: each ``execute`` opens the adapters through the hooks and calls the core.
 
 Pipeline DAG: ``TriggerCheckpointOperator`` → ``LocalEpochOperator`` or
-``EpochSparkSubmitOperator`` → (``AwaitAcksSensor``) → ``CompleteCheckpointOperator`` →
+``ConnectEpochOperator`` or ``EpochSparkSubmitOperator`` → (``AwaitAcksSensor``) → ``CompleteCheckpointOperator`` →
 ``NotifyCheckpointOperator`` → ``RetentionOperator``, with ``AbortCheckpointOperator``
 when a step fails. Savepoint and restore DAGs: ``SuspendPipelineOperator``,
 ``SavepointOperator``, ``ValidateRestoreOperator``, ``RestoreOperator`` and
@@ -48,6 +48,7 @@ from microcheckpoint_airflow.spec import PipelineSpec
 __all__ = [
     "AbortCheckpointOperator",
     "CompleteCheckpointOperator",
+    "ConnectEpochOperator",
     "EpochSparkSubmitOperator",
     "LocalEpochOperator",
     "NotifyCheckpointOperator",
@@ -155,15 +156,19 @@ class LocalEpochOperator(PipelineOperator):
         super().__init__(**kwargs)
         self.master = master
 
+    def session(self) -> Any:
+        from microcheckpoint.engine.spark import local_spark
+
+        return local_spark(self.master, app=f"microcheckpoint-{self.spec.name}")
+
     def execute(self, context: Any) -> dict[str, Any]:
         from microcheckpoint.engine.runner import run_epoch
-        from microcheckpoint.engine.spark import local_spark
 
         coord = self.coordinator()
         pipeline = self.spec.load_pipeline()
         plan = coord.plan(self.cid())  # type: ignore[arg-type]
         bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
-        spark = local_spark(self.master, app=f"microcheckpoint-{self.spec.name}")
+        spark = self.session()
         try:
             result = run_epoch(
                 spark,
@@ -182,6 +187,24 @@ class LocalEpochOperator(PipelineOperator):
             result.records,
         )
         return {"attempt": result.attempt, "records": result.records}
+
+
+class ConnectEpochOperator(LocalEpochOperator):
+    """Process epoch n as a client of a warm Spark Connect server: no JVM starts in this task.
+
+    The server is the one of the Spark provider's ``spark_connect`` connection ``conn_id``.
+    """
+
+    def __init__(self, *, conn_id: str = "spark_connect_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.conn_id = conn_id
+
+    def session(self) -> Any:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from microcheckpoint.engine.spark import connect_spark
+
+        return connect_spark(SparkConnectHook(self.conn_id).get_connection_url())
 
 
 class EpochSparkSubmitOperator(SparkSubmitOperator):
