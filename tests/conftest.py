@@ -106,3 +106,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     for name in ("kafka", "py4j"):
         logging.getLogger(name).disabled = True
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url(service_log_dir: Path) -> Iterator[str]:
+    """A Spark Connect server for the session (``sc://…``), or the one in the environment."""
+    external = os.environ.get(services.ENV_CONNECT)
+    if external:
+        yield external
+        return
+    service = services.start_spark_connect(service_log_dir)
+    try:
+        yield service.address
+    finally:
+        service.stop()
