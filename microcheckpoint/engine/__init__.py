@@ -2,6 +2,8 @@
 
 from microcheckpoint.engine.api import (
     Aggregate,
+    FileSource,
+    HybridSource,
     KafkaSource,
     KeyedOperator,
     Pipeline,
@@ -12,6 +14,8 @@ from microcheckpoint.engine.api import (
 
 __all__ = [
     "Aggregate",
+    "FileSource",
+    "HybridSource",
     "KafkaSource",
     "KeyedOperator",
     "Pipeline",

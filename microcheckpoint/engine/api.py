@@ -32,6 +32,8 @@ from microcheckpoint.state.backends import check_backend
 
 __all__ = [
     "Aggregate",
+    "FileSource",
+    "HybridSource",
     "KafkaSource",
     "KeyedOperator",
     "Pipeline",
@@ -80,6 +82,71 @@ class KafkaSource:
             raise ConfigError(
                 "max_records_per_split", self.max_records_per_split, "an integer >= 1"
             )
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """Reads the files of a folder (``file:///path`` or ``s3://bucket/prefix``) in name order.
+
+    The folder is one source partition (topic ``files.<uid>``) whose offsets are file
+    positions: barrier n holds up to ``max_files_per_epoch`` more files, named in its
+    ``_pending``, so a re-run reads exactly them. The folder must only grow in name order
+    (new files sort after the old ones); a rewritten past is refused. Names starting with
+    ``_`` or ``.`` are skipped. ``format`` is ``parquet`` (columns from the files) or
+    ``jsonl`` (one JSON object per line, fields per ``schema``, ``{field: type}`` as for
+    ``KafkaSource``).
+    """
+
+    uid: str
+    url: str
+    format: str = "parquet"
+    schema: dict[str, str] | None = None
+    max_files_per_epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uid", _uid("source", self.uid))
+        if not (self.url.startswith("file:///") or self.url.startswith("s3://")):
+            raise ConfigError(
+                "url", self.url, "a folder URL: file:///absolute/path or s3://bucket/prefix"
+            )
+        if self.format not in ("parquet", "jsonl"):
+            raise ConfigError("format", self.format, "parquet or jsonl")
+        if self.format == "jsonl" and not self.schema:
+            raise ConfigError("schema", self.schema, "a {field: type} mapping for jsonl files")
+        if self.max_files_per_epoch is not None and self.max_files_per_epoch < 1:
+            raise ConfigError(
+                "max_files_per_epoch", self.max_files_per_epoch, "an integer >= 1 or None"
+            )
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The folder's one partition, named like a topic."""
+        return (f"files.{self.uid}",)
+
+
+@dataclass(frozen=True)
+class HybridSource:
+    """Files first, then Kafka (Flink's HybridSource): backfill from an archive, then go live.
+
+    Epochs read ``files`` until every file present is read; from the next epoch on they read
+    ``kafka``'s partitions, which start where ``startup_mode`` says (``timestamp`` at the
+    archive's end, or the group's committed offsets). Rows of both have the same columns
+    where their names agree (a ``json`` Kafka source with the files' schema).
+    """
+
+    uid: str
+    files: FileSource
+    kafka: KafkaSource
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uid", _uid("source", self.uid))
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return (*self.files.topics, *self.kafka.topics)
+
+
+Source = KafkaSource | FileSource | HybridSource
 
 
 @dataclass(frozen=True)
@@ -205,7 +272,7 @@ class Pipeline:
     """A named pipeline: a source and its stages."""
 
     name: str
-    source: KafkaSource
+    source: Source
     stages: list[Callable[[Any], Any] | KeyedOperator | Sink] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -12,6 +12,7 @@ from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine.api import Pipeline
 from microcheckpoint.engine.runner import EpochResult, expected_tasks, run_epoch
 from microcheckpoint.engine.sinkstage import sink_publisher
+from microcheckpoint.engine.sources import source_offsets
 from microcheckpoint.faults import Faults
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.recovery import start_epoch
@@ -43,11 +44,12 @@ def run_cycle(
     coordinator = CheckpointCoordinator(store, config)
     faults = Faults.from_env()
     with KafkaOffsets(bootstrap) as kafka:
+        offsets = source_offsets(pipeline.source, kafka, store_options)
         publish = sink_publisher(pipeline, store, config.mode)
         # Step 1: recovery, then the epoch to run.
         start = start_epoch(
             coordinator,
-            kafka,
+            offsets,
             topics=config.topics or pipeline.source.topics,
             expected=lambda p: expected_tasks(pipeline, p),
             default_parallelism=parallelism,
@@ -73,5 +75,5 @@ def run_cycle(
         meta = coordinator.complete(cid)
         faults.point("after_metadata")
         # Step 5: notify (sinks publish, group offsets, retention).
-        coordinator.notify(cid, group_committer(kafka, config), publish)
+        coordinator.notify(cid, group_committer(offsets, config), publish)
     return EpochResult(cid, result.attempt, result.records, result.outputs, meta)

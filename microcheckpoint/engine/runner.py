@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from microcheckpoint.config import CheckpointingMode
-from microcheckpoint.engine.api import KafkaSource, KeyedOperator, Pipeline
+from microcheckpoint.engine.api import FileSource, KafkaSource, KeyedOperator, Pipeline
 from microcheckpoint.engine.keyed import (
     AGGREGATE,
     OperatorContext,
@@ -38,7 +38,8 @@ from microcheckpoint.engine.keyed import (
 )
 from microcheckpoint.engine.routing import KG, SUBTASK, route
 from microcheckpoint.engine.sinkstage import SinkContext, stage_table
-from microcheckpoint.engine.sources import KafkaSplitReader, kafka_schema
+from microcheckpoint.engine.sources import FileReader, KafkaSplitReader, kafka_schema
+from microcheckpoint.errors import ConfigError, KafkaSourceError
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import acknowledge
@@ -74,7 +75,7 @@ def expected_tasks(pipeline: Pipeline, parallelism: int) -> list[TaskId]:
 
 
 def source_schema(source: KafkaSource) -> str:
-    """Spark DDL of the source's rows."""
+    """Spark DDL of a Kafka source's rows."""
     return kafka_schema(source.value_format, source.schema)[1]
 
 
@@ -94,16 +95,80 @@ def _markers(spark: Any, parallelism: int) -> Any:
     )
 
 
-def _source(spark: Any, pipeline: Pipeline, plan: EpochPlan, bootstrap: str, faults: Faults) -> Any:
+def _kafka_frame(
+    spark: Any, source: KafkaSource, plan: EpochPlan, bootstrap: str, faults: Faults
+) -> Any | None:
     from microcheckpoint.adapters.kafka_reader import split_ranges
+    from microcheckpoint.protocol.barrier import Barrier
 
-    source = pipeline.source
     _, ddl = kafka_schema(source.value_format, source.schema)
-    splits = split_ranges(plan.barrier, source.max_records_per_split)
+    kafka = Barrier({tp: r for tp, r in plan.barrier.ranges.items() if tp not in plan.files})
+    splits = split_ranges(kafka, source.max_records_per_split)
     if not splits:
         return spark.createDataFrame([], ddl)
     reader = KafkaSplitReader(bootstrap, tuple(splits), source.value_format, source.schema, faults)
     return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
+
+
+def _file_frame(spark: Any, source: FileSource, plan: EpochPlan, options: dict[str, Any]) -> Any:
+    """The barrier's files of ``source``: Spark's own readers for a local folder, the
+    object-store port in the executors otherwise."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from microcheckpoint.adapters.file_offsets import data_files
+    from microcheckpoint.storage import FileStore, open_store
+
+    names = [n for tp, ns in plan.files.items() if tp.topic in source.topics for n in ns]
+    store = open_store(source.url, **options)
+    arrow = _file_schema(store, source, names or data_files(store)[:1])
+    ddl = from_arrow_schema(arrow).simpleString()[len("struct<") : -1]
+    if not names:
+        return spark.createDataFrame([], ddl)
+    if isinstance(store, FileStore):
+        paths = [str(store.root / name) for name in names]
+        if source.format == "parquet":
+            return spark.read.parquet(*paths).select(*[f"`{n}`" for n in arrow.names])
+        return spark.read.schema(ddl).json(paths)
+    reader = FileReader(source.url, options, tuple(names), source.format, arrow)
+    return spark.range(0, len(names), 1, len(names)).mapInArrow(reader, ddl)
+
+
+def _file_schema(store: ObjectStore, source: FileSource, sample: list[str]) -> Any:
+    import io
+
+    import pyarrow.parquet as pq
+
+    if source.schema:
+        return (
+            kafka_schema("json", source.schema)[0]
+            .remove(0)
+            .remove(0)
+            .remove(0)
+            .remove(0)
+            .remove(0)
+            .remove(0)
+        )
+    if not sample:
+        raise ConfigError(
+            "schema", None, f"a schema for file source {source.uid!r}: its folder holds no file yet"
+        )
+    obj = store.get(sample[0])
+    if obj is None:
+        raise KafkaSourceError(f"file {store.child_url(sample[0])} of the barrier is gone")
+    return pq.read_schema(io.BytesIO(obj.data))
+
+
+def _source(
+    spark: Any, pipeline: Pipeline, plan: EpochPlan, bootstrap: str, faults: Faults, options: dict
+) -> Any:
+    source = pipeline.source
+    if isinstance(source, KafkaSource):
+        return _kafka_frame(spark, source, plan, bootstrap, faults)
+    if isinstance(source, FileSource):
+        return _file_frame(spark, source, plan, options)
+    files = _file_frame(spark, source.files, plan, options)
+    kafka = _kafka_frame(spark, source.kafka, plan, bootstrap, faults)
+    return files.unionByName(kafka, allowMissingColumns=True)
 
 
 def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
@@ -211,7 +276,7 @@ def run_epoch(
         if plan.mode is CheckpointingMode.AT_LEAST_ONCE:
             for sink in pipeline.sinks:
                 sink.open()  # the executors publish as they go
-        df = _source(spark, pipeline, plan, bootstrap, faults)
+        df = _source(spark, pipeline, plan, bootstrap, faults, options)
     # Step 2: the stages.
     staged = []
     cached = []

@@ -14,9 +14,17 @@ from typing import Any
 import pyarrow as pa
 
 from microcheckpoint.adapters.decoding import check_value_format, decode_record
+from microcheckpoint.errors import KafkaSourceError
 from microcheckpoint.faults import Faults
 
-__all__ = ["HEADERS", "KafkaSplitReader", "kafka_schema"]
+__all__ = [
+    "HEADERS",
+    "FileReader",
+    "KafkaSplitReader",
+    "fields_schema",
+    "kafka_schema",
+    "source_offsets",
+]
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _FIELD_TYPES = {
@@ -26,6 +34,11 @@ _FIELD_TYPES = {
     "boolean": pa.bool_(),
 }
 _SPARK_TYPES = {"string": "string", "long": "bigint", "double": "double", "boolean": "boolean"}
+
+
+def fields_schema(schema: dict[str, str]) -> pa.Schema:
+    """The Arrow schema of ``{field: string|long|double|boolean}``."""
+    return pa.schema([(name, _FIELD_TYPES[kind]) for name, kind in schema.items()])
 
 
 def kafka_schema(value_format: str, schema: dict[str, str] | None) -> tuple[pa.Schema, str]:
@@ -127,3 +140,56 @@ class KafkaSplitReader:
         if self.value_format == "json":  # valid JSON: the column keeps its text
             values = [None if r.value is None else bytes(r.value).decode() for r in records]
         return pa.array(values, pa.string())
+
+
+@dataclass(frozen=True)
+class FileReader:
+    """Reads named files of a folder as record batches (a ``mapInArrow`` function), through
+    the object-store port: for folders Spark cannot read itself (``s3://`` without hadoop-aws)."""
+
+    url: str
+    store_options: dict[str, Any]
+    names: tuple[str, ...]
+    format: str
+    schema: pa.Schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import io
+        import json
+
+        import pyarrow.parquet as pq
+
+        from microcheckpoint.storage import open_store
+
+        store = open_store(self.url, **self.store_options)
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                name = self.names[index]
+                obj = store.get(name)
+                if obj is None:
+                    raise KafkaSourceError(f"file {store.child_url(name)} of the barrier is gone")
+                if self.format == "parquet":
+                    table = pq.read_table(io.BytesIO(obj.data)).select(self.schema.names)
+                else:
+                    rows = [json.loads(line) for line in obj.data.splitlines() if line.strip()]
+                    table = pa.Table.from_pylist(
+                        [{f: r.get(f) for f in self.schema.names} for r in rows], schema=self.schema
+                    )
+                yield from table.cast(self.schema).to_batches()
+
+
+def source_offsets(source: Any, kafka: Any, store_options: dict[str, Any] | None = None) -> Any:
+    """The protocol's source port for ``source``: Kafka's offsets, a folder's, or both."""
+    from microcheckpoint.adapters.file_offsets import FileOffsets, HybridOffsets
+    from microcheckpoint.engine.api import FileSource, HybridSource
+    from microcheckpoint.storage import open_store
+
+    def folder(files: FileSource) -> FileOffsets:
+        store = open_store(files.url, **(store_options or {}))
+        return FileOffsets(store, files.topics[0], files.max_files_per_epoch)
+
+    if isinstance(source, FileSource):
+        return folder(source)
+    if isinstance(source, HybridSource):
+        return HybridOffsets(folder(source.files), kafka)
+    return kafka

@@ -70,6 +70,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 StartupOffsets = Callable[[Iterable[TopicPartition]], Mapping[TopicPartition, int]]
+# (partition, start, end, the last file read before start) -> names, or None: not a file partition
+FilesOf = Callable[[TopicPartition, int, int, str | None], list[str] | None]
 
 
 class AbortOutcome(Enum):
@@ -206,6 +208,7 @@ class CheckpointCoordinator:
         *,
         behind: str = "refuse",
         labels: Mapping[str, Any] | None = None,
+        files: FilesOf | None = None,
     ) -> PendingCheckpoint:
         """Allocate checkpoint n and write its barrier.
 
@@ -227,6 +230,8 @@ class CheckpointCoordinator:
                 ``data_interval`` when the interval was processed already).
             labels: JSON-able facts kept in ``_pending`` (e.g. the Airflow run and its
                 data interval), for the checkpoint history.
+            files: names the files of a file-source partition's range (and checks the
+                folder's past is what the previous barrier read); kept in ``_pending``.
         """
         # Step 1: the same checks the sensors make (after finishing half-done completions).
         self.finish_completing()
@@ -248,6 +253,7 @@ class CheckpointCoordinator:
         if behind == "empty":
             end_offsets = {tp: max(o, starts.get(tp, o)) for tp, o in end_offsets.items()}
         barrier = plan_barrier(starts, end_offsets, self.config.max_records_per_epoch)
+        named = self._barrier_files(view, start, barrier, files)
         expected_set = frozenset(expected)
         now = self.now_ms()
         # Step 4: allocate the next free id.
@@ -262,6 +268,7 @@ class CheckpointCoordinator:
                 base=start.base,
                 writer=self.token,
                 labels=dict(labels or {}),
+                files=named,
             )
             if write_once(self.store, self.layout.pending(cid), encode(record)) is WriteOutcome.OK:
                 break
@@ -282,6 +289,25 @@ class CheckpointCoordinator:
             barrier.record_count,
         )
         return PendingCheckpoint(cid, now, expected_set, attempt=1)
+
+    def _barrier_files(
+        self, view: PipelineView, start: StartPoint, barrier: Barrier, files: FilesOf | None
+    ) -> dict[TopicPartition, tuple[str, ...]]:
+        """The files of each file-source partition's range, checked against the previous barrier."""
+        if files is None:
+            return {}
+        previous = {}
+        if start.previous is not None and start.previous in view.records:
+            record = view.records[start.previous]
+            if record.status is not CheckpointStatus.DISCARDED:
+                previous = view.pending_record(start.previous).files
+        named = {}
+        for tp, r in barrier.ranges.items():
+            last = previous.get(tp, ())
+            names = files(tp, r.start, r.end, last[-1] if last else None)
+            if names is not None:
+                named[tp] = tuple(names)
+        return named
 
     def barrier(self, cid: CheckpointId) -> Barrier:
         """Barrier n: the offset ranges checkpoint n processes (held in its ``_pending``)."""

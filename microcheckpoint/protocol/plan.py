@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.errors import CheckpointNotFound
-from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records import Ack, read_point_metadata
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView
@@ -51,6 +51,7 @@ class EpochPlan:
         base: the checkpoint this one continues from (None after a restore).
         mode: EXACTLY_ONCE stages sink output; AT_LEAST_ONCE publishes it at once.
         max_parallelism: the number of key groups.
+        files: per file-source partition, the files to read, in order.
     """
 
     pipeline: str
@@ -64,6 +65,7 @@ class EpochPlan:
     base: CheckpointId | None
     mode: CheckpointingMode
     max_parallelism: int
+    files: Mapping[TopicPartition, tuple[str, ...]] = field(default_factory=dict)
 
     def subtasks(self, uid: str) -> int:
         """How many subtasks of operator ``uid`` must ack (0 for an unknown uid)."""
@@ -135,4 +137,5 @@ def epoch_plan(
         base=pending.base,
         mode=mode,
         max_parallelism=max_parallelism,
+        files=pending.files,
     )

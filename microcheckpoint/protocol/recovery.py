@@ -140,12 +140,16 @@ def start_epoch(
         behind = "empty"
     else:
         ends = offsets.end_offsets(tps)
+    limit = getattr(offsets, "limit_ends", None)  # a file source caps and orders its ranges
+    if limit is not None:
+        ends = limit(ends, coordinator.start_point(view).offsets)
     pending = coordinator.trigger(
         expected(parallelism(view, default_parallelism)),
         ends,
         lambda new: startup_offsets(offsets, config, new),
         behind=behind,
         labels=labels,
+        files=getattr(offsets, "files_of", None),
     )
     return EpochStart(pending.checkpoint_id)
 

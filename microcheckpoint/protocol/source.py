@@ -1,7 +1,10 @@
 """What the protocol asks of a source's offsets: its partitions, where it ends, where it starts.
 
 ``SourceOffsets`` is the port; ``microcheckpoint.adapters.kafka_offsets.KafkaOffsets``
-implements it for Kafka (and Tansu). Pure: no Kafka client is imported here.
+implements it for Kafka (and Tansu), ``adapters.file_offsets.FileOffsets`` for a folder of
+files (and ``HybridOffsets`` for files, then Kafka). A port may also have
+``limit_ends(ends, starts)`` (cap or hold back ranges) and ``files_of(tp, start, end, after)``
+(name the files of a range); the recovery path uses them when present. Pure: no client here.
 """
 
 from __future__ import annotations

@@ -109,14 +109,16 @@ class TriggerCheckpointOperator(PipelineOperator):
     def execute(self, context: Any) -> int:
         from microcheckpoint.engine.runner import expected_tasks
         from microcheckpoint.engine.sinkstage import sink_publisher
+        from microcheckpoint.engine.sources import source_offsets
 
         coord = self.coordinator()
         pipeline = self.spec.load_pipeline()
         with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
+            offsets = source_offsets(pipeline.source, kafka, self.store_options())
             try:
                 start = start_epoch(
                     coord,
-                    kafka,
+                    offsets,
                     topics=self.spec.config.topics or pipeline.source.topics,
                     expected=lambda p: expected_tasks(pipeline, p),
                     default_parallelism=self.spec.parallelism,
@@ -287,11 +289,14 @@ class NotifyCheckpointOperator(PipelineOperator):
 
     def execute(self, context: Any) -> None:
         from microcheckpoint.engine.sinkstage import sink_publisher
+        from microcheckpoint.engine.sources import source_offsets
 
         coord = self.coordinator()
-        publish = sink_publisher(self.spec.load_pipeline(), coord.store, coord.config.mode)
+        pipeline = self.spec.load_pipeline()
+        publish = sink_publisher(pipeline, coord.store, coord.config.mode)
         with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
-            coord.notify(self.cid(), group_committer(kafka, coord.config), publish)  # type: ignore[arg-type]
+            offsets = source_offsets(pipeline.source, kafka, self.store_options())
+            coord.notify(self.cid(), group_committer(offsets, coord.config), publish)  # type: ignore[arg-type]
 
 
 class RetentionOperator(PipelineOperator):

@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from microcheckpoint.errors import MetadataFormatError
-from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records.codec import id_or_none
 from microcheckpoint.state.handles import StateHandle
@@ -49,6 +49,7 @@ class PendingRecord:
     ``base`` is the checkpoint whose state and offsets n continues from (None after a
     restore, or for the first checkpoint). ``labels`` are JSON-able facts for the history
     (the Airflow run, its data interval). ``writer`` makes the bytes unique per writer.
+    ``files`` names, per file-source partition, the files of its barrier range, in order.
     """
 
     kind: ClassVar[str] = "_pending"
@@ -61,9 +62,10 @@ class PendingRecord:
     base: CheckpointId | None = None
     writer: str = ""
     labels: Mapping[str, Any] = field(default_factory=dict)
+    files: Mapping[TopicPartition, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "pipeline": self.pipeline,
             "checkpoint_id": self.checkpoint_id.value,
             "barrier": self.barrier.to_json(),
@@ -73,6 +75,9 @@ class PendingRecord:
             "writer": self.writer,
             "labels": dict(self.labels),
         }
+        if self.files:
+            body["files"] = {str(tp): list(names) for tp, names in sorted(self.files.items())}
+        return body
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> PendingRecord:
@@ -85,6 +90,10 @@ class PendingRecord:
             base=id_or_none(body.get("base")),
             writer=str(body.get("writer", "")),
             labels=dict(body.get("labels") or {}),
+            files={
+                TopicPartition.parse(tp): tuple(str(n) for n in names)
+                for tp, names in (body.get("files") or {}).items()
+            },
         )
 
 
