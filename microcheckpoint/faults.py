@@ -69,6 +69,17 @@ class Faults:
                 self.point("reading")
             yield record
 
+    def reading_batches(self, batches: Iterable[T]) -> Iterable[T]:
+        """``batches``, with the ``reading`` point once the first of them has been consumed."""
+        if self.crash_at != "reading":
+            return batches
+        return self._crash_after_first(batches)
+
+    def _crash_after_first(self, batches: Iterable[T]) -> Iterator[T]:
+        for batch in batches:
+            yield batch
+            self.point("reading")
+
     def slow(self, pipeline: str) -> None:
         """The slow point: sleep once if ``MICROCHECKPOINT_SLOW_ONCE`` armed it."""
         slow_point(self.slow_flag, pipeline)

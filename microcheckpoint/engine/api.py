@@ -94,7 +94,8 @@ class FileSource:
     (new files sort after the old ones); a rewritten past is refused. Names starting with
     ``_`` or ``.`` are skipped. ``format`` is ``parquet`` (columns from the files) or
     ``jsonl`` (one JSON object per line, fields per ``schema``, ``{field: type}`` as for
-    ``KafkaSource``).
+    ``KafkaSource``). Rows carry ``source_file`` and ``source_row`` (their position, as Kafka
+    rows carry partition and offset), so a key's rows reach its function in file order.
     """
 
     uid: str

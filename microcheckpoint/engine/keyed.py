@@ -67,9 +67,13 @@ class OperatorContext:
 
 
 def _row_order(row: dict[str, Any]) -> tuple:
+    """A row's source position: Kafka's (topic, partition, offset), a file source's (file,
+    row), else its content (deterministic, if not meaningful)."""
     if "partition" in row and "offset" in row:
         return (0, str(row.get("topic", "")), row["partition"], row["offset"], "")
-    return (1, "", 0, 0, json.dumps(row, sort_keys=True, default=str))
+    if "source_file" in row and "source_row" in row:
+        return (1, str(row["source_file"]), 0, row["source_row"], "")
+    return (2, "", 0, 0, json.dumps(row, sort_keys=True, default=str))
 
 
 def _subtask_state(ctx: OperatorContext, subtask: int) -> tuple[SubtaskState, TaskId]:

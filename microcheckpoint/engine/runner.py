@@ -110,27 +110,25 @@ def _kafka_frame(
     return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
 
 
-def _file_frame(spark: Any, source: FileSource, plan: EpochPlan, options: dict[str, Any]) -> Any:
-    """The barrier's files of ``source``: Spark's own readers for a local folder, the
-    object-store port in the executors otherwise."""
+def _file_frame(
+    spark: Any, source: FileSource, plan: EpochPlan, options: dict[str, Any], faults: Faults
+) -> Any:
+    """The barrier's files of ``source``, with ``source_file`` and ``source_row``, read in the
+    executors through the object-store port (one Spark task per file)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from microcheckpoint.adapters.file_offsets import data_files
-    from microcheckpoint.storage import FileStore, open_store
+    from microcheckpoint.storage import open_store
 
     names = [n for tp, ns in plan.files.items() if tp.topic in source.topics for n in ns]
     store = open_store(source.url, **options)
     arrow = _file_schema(store, source, names or data_files(store)[:1])
     ddl = from_arrow_schema(arrow).simpleString()[len("struct<") : -1]
     if not names:
-        return spark.createDataFrame([], ddl)
-    if isinstance(store, FileStore):
-        paths = [str(store.root / name) for name in names]
-        if source.format == "parquet":
-            return spark.read.parquet(*paths).select(*[f"`{n}`" for n in arrow.names])
-        return spark.read.schema(ddl).json(paths)
-    reader = FileReader(source.url, options, tuple(names), source.format, arrow)
-    return spark.range(0, len(names), 1, len(names)).mapInArrow(reader, ddl)
+        return spark.createDataFrame([], f"{ddl}, source_file string, source_row bigint")
+    reader = FileReader(source.url, options, tuple(names), source.format, arrow, faults)
+    with_position = f"{ddl}, source_file string, source_row bigint"
+    return spark.range(0, len(names), 1, len(names)).mapInArrow(reader, with_position)
 
 
 def _file_schema(store: ObjectStore, source: FileSource, sample: list[str]) -> Any:
@@ -165,8 +163,8 @@ def _source(
     if isinstance(source, KafkaSource):
         return _kafka_frame(spark, source, plan, bootstrap, faults)
     if isinstance(source, FileSource):
-        return _file_frame(spark, source, plan, options)
-    files = _file_frame(spark, source.files, plan, options)
+        return _file_frame(spark, source, plan, options, faults)
+    files = _file_frame(spark, source.files, plan, options, faults)
     kafka = _kafka_frame(spark, source.kafka, plan, bootstrap, faults)
     return files.unionByName(kafka, allowMissingColumns=True)
 

@@ -145,15 +145,23 @@ class KafkaSplitReader:
 @dataclass(frozen=True)
 class FileReader:
     """Reads named files of a folder as record batches (a ``mapInArrow`` function), through
-    the object-store port: for folders Spark cannot read itself (``s3://`` without hadoop-aws)."""
+    the object-store port, so ``file://`` and ``s3://`` folders read the same way (pyspark
+    has no S3 file system of its own). Rows get ``source_file`` (the file's key) and
+    ``source_row`` (its index in the file): their source position, as Kafka rows have
+    partition and offset."""
 
     url: str
     store_options: dict[str, Any]
     names: tuple[str, ...]
     format: str
     schema: pa.Schema
+    faults: Faults = field(default_factory=Faults)
+    batch_rows: int = 65536
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return self.faults.reading_batches(self._read(batches))
+
+    def _read(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import io
         import json
 
@@ -175,7 +183,14 @@ class FileReader:
                     table = pa.Table.from_pylist(
                         [{f: r.get(f) for f in self.schema.names} for r in rows], schema=self.schema
                     )
-                yield from table.cast(self.schema).to_batches()
+                table = table.cast(self.schema)
+                table = table.append_column(
+                    "source_file", pa.array([name] * table.num_rows, pa.string())
+                )
+                table = table.append_column(
+                    "source_row", pa.array(range(table.num_rows), pa.int64())
+                )
+                yield from table.to_batches(max_chunksize=self.batch_rows)
 
 
 def source_offsets(source: Any, kafka: Any, store_options: dict[str, Any] | None = None) -> Any:

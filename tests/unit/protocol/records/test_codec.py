@@ -67,6 +67,14 @@ RECORDS = [
     ),
     StopRecord("stop with savepoint", 14),
     FailuresReset(5, 15),
+    PendingRecord(
+        "pipe",
+        CheckpointId(4),
+        Barrier({TopicPartition("files.src", 0): OffsetRange(2, 4)}),
+        6,
+        frozenset({SRC}),
+        files={TopicPartition("files.src", 0): ("day-03.parquet", "day-04.parquet")},
+    ),
 ]
 
 
