@@ -293,16 +293,16 @@ def start_spark_connect(
     """
     import pyspark
 
+    from microcheckpoint.engine.spark import EPOCH_SETTINGS
+
     home = Path(pyspark.__file__).parent
     port = free_port()
     settings = {
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
+        **EPOCH_SETTINGS,
         "spark.sql.shuffle.partitions": "4",
         "spark.default.parallelism": "4",
-        "spark.python.worker.reuse": "true",
         **(conf or {}),
     }
     argv = [str(home / "sbin" / "start-connect-server.sh"), "--wait", "--master", master]

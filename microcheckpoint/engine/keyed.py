@@ -175,19 +175,16 @@ def merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.T
     previous = state.previous(keys_by_kg)
     # Step 3
     combine = _COMBINE[ctx.aggregate or "sum"]
-    results = []
-    for ck, kg, value in sorted(zip(cks, kgs, values, strict=True)):
+    out_keys, out_values = [], []
+    for ck, kg, value, key in sorted(zip(cks, kgs, values, keys, strict=True)):
         before = previous.get(ck)
         new = value if before is None else combine(before[0], value)
         state.put(kg, ck, new)
-        results.append((ck, new))
+        out_keys.append(key if isinstance(key, str) else json.dumps(key))
+        out_values.append(new)
     # Step 4
     _snapshot_and_ack(ctx, state, task)
-    out_keys = [json.loads(ck) for ck, _ in results]
     return pa.table(
-        {
-            "key": [k if isinstance(k, str) else json.dumps(k) for k in out_keys],
-            ctx.output_column: [v for _, v in results],
-        },
+        {"key": out_keys, ctx.output_column: out_values},
         schema=ctx.output_schema,
     )

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from microcheckpoint.adapters.decoding import check_value_format, decode_record
@@ -185,10 +186,10 @@ class FileReader:
                     )
                 table = table.cast(self.schema)
                 table = table.append_column(
-                    "source_file", pa.array([name] * table.num_rows, pa.string())
+                    "source_file", pa.repeat(pa.scalar(name, pa.string()), table.num_rows)
                 )
                 table = table.append_column(
-                    "source_row", pa.array(range(table.num_rows), pa.int64())
+                    "source_row", pa.array(np.arange(table.num_rows, dtype=np.int64))
                 )
                 yield from table.to_batches(max_chunksize=self.batch_rows)
 

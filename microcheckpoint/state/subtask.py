@@ -12,6 +12,7 @@ one JSON file, rewritten every epoch and capped at ``MEMORY_LIMIT_BYTES``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -98,15 +99,23 @@ class SubtaskState:
         """``(value, updated_ms)`` of the given keys (canonical JSON) before this epoch.
 
         A key with no state, or state older than the TTL, is left out. Reads only the touched
-        keys of the touched key groups' chains.
+        keys of the touched key groups' chains, resolves them in Arrow (one filter per file)
+        and decodes only each key's newest state.
         """
-        found: dict[str, tuple[Any, int]] = {}
-        for kg, keys in keys_by_kg.items():
-            chain = self.chains.get(kg)
-            if chain:
-                wanted = list(keys)
-                found.update(self._live(fold((self._rows(h) for h in chain), kg, wanted)))
-        return found
+        chains = {kg: self.chains[kg] for kg in keys_by_kg if self.chains.get(kg)}
+        if not chains:
+            return {}
+        wanted = [key for kg in chains for key in keys_by_kg[kg]]
+        rows = self._latest(chains, wanted)
+        return {
+            key: (json.loads(text), int(updated))
+            for key, text, updated in zip(
+                rows.column("key").to_pylist(),
+                rows.column("state").to_pylist(),
+                rows.column("updated_ms").to_pylist(),
+                strict=True,
+            )
+        }
 
     # ---- changing ---------------------------------------------------------------------
 
@@ -152,13 +161,21 @@ class SubtaskState:
 
     def _all_rows(self) -> pa.Table:
         """Every live state row of the owned key groups, resolved in Arrow (latest wins)."""
+        return self._latest(self.chains)
+
+    def _latest(
+        self, chains: Mapping[int, list[StateHandle]], keys: list[str] | None = None
+    ) -> pa.Table:
+        """The newest live row of every key (of ``keys``, when given) in ``chains``."""
+        groups: dict[str, list[int]] = {}
+        for kg, chain in chains.items():
+            for handle in chain:
+                groups.setdefault(handle.key, []).append(kg)
+        handles = {h.key: h for chain in chains.values() for h in chain}
         parts = []
-        files = {h.key: h for chain in self.chains.values() for h in chain}
-        order = {key: i for i, key in enumerate(_chain_order(self.chains))}
-        for key, handle in files.items():
-            rows = select(self._rows(handle), [kg for kg, c in self.chains.items() if handle in c])
-            seq = pa.array([order[key]] * rows.num_rows, pa.int32())
-            parts.append(rows.append_column("seq", seq))
+        for seq, key in enumerate(_chain_order(chains)):
+            rows = select(self._rows(handles[key]), groups[key], keys)
+            parts.append(rows.append_column("seq", pa.array([seq] * rows.num_rows, pa.int32())))
         if not parts:
             return ROWS.empty_table()
         rows = pa.concat_tables(parts).sort_by(
