@@ -1,0 +1,164 @@
+"""One checkpoint end to end through Airflow's scheduler, with the Connect server and in-process.
+
+For each Spark mode (``connect``: the DAG's epoch task is a client of one warm Spark Connect
+server; ``local``: the task starts Spark in its own process), starts the local services and
+Airflow (PostgreSQL metadata database, LocalExecutor), then ``--runs`` times: produces 300
+lines of the word count example, triggers ``wordcount_pipeline`` through the REST API and
+waits for the run. Measured per checkpoint, from storage: trigger → completed (the global
+ack) and trigger → notified (sinks published, offsets committed); and from Airflow: the DAG
+run's wall time and the time spent inside its tasks (the rest is scheduling and task start).
+The first run of each mode is a warm-up and is left out.
+
+Run: ``.venv/bin/python -m bench.bench_airflow``; ``run`` returns the figures for
+``bench.run_all``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import urllib.parse
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from harness import services
+from harness.airflow_stack import start_airflow
+
+BUCKET = "microcheckpoint-bench"
+LINES = 300
+
+
+def _seconds(text: str | None) -> float | None:
+    return None if text is None else datetime.fromisoformat(text).timestamp()
+
+
+def _inside_tasks(api: Any, run_id: str) -> float:
+    """Seconds the run's tasks ran (their own start to end, summed)."""
+    path = f"/api/v2/dags/wordcount_pipeline/dagRuns/{urllib.parse.quote(run_id)}/taskInstances"
+    total = 0.0
+    for ti in api.get(path)["task_instances"]:
+        start, end = _seconds(ti.get("start_date")), _seconds(ti.get("end_date"))
+        if start is not None and end is not None and ti["state"] == "success":
+            total += end - start
+    return total
+
+
+def _checkpoint_times(store: Any, cid: int) -> tuple[float, float]:
+    """(trigger → completed, trigger → notified) of checkpoint ``cid``, in seconds."""
+    from microcheckpoint.ids import CheckpointId
+    from microcheckpoint.protocol.layout import Layout
+    from microcheckpoint.protocol.records import NotifiedRecord, read
+    from microcheckpoint.protocol.view import scan
+
+    view = scan(store, Layout("wordcount"))
+    pending = view.pending_record(CheckpointId(cid))
+    meta = view.metadata(CheckpointId(cid))
+    notified = read(store, Layout("wordcount").notified(CheckpointId(cid)), NotifiedRecord)
+    if notified is None:
+        raise SystemExit(f"checkpoint {cid} was not notified")
+    trigger = pending.trigger_time_ms
+    return (meta.completed_time_ms - trigger) / 1000, (notified.at_ms - trigger) / 1000
+
+
+def measure(mode: str, runs: int) -> dict[str, Any]:
+    """``runs`` checkpoints (plus a warm-up) through Airflow in Spark mode ``mode``."""
+    from examples import wordcount
+    from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
+    from microcheckpoint.protocol.history import checkpoint_history
+
+    root = Path(tempfile.mkdtemp(prefix=f"bench-airflow-{mode}-"))
+    with services.local_stack(root / "service-logs") as stack:
+        connect = None
+        if mode == "connect":
+            connect = services.start_spark_connect(root / "service-logs")
+            stack.started.append(connect)
+        client = make_client(
+            stack.s3.url, stack.s3.region, stack.s3.access_key, stack.s3.secret_key
+        )
+        ensure_bucket(client, BUCKET)
+        store = S3Store(client, BUCKET, "checkpoints")
+        env = {
+            "MICROCHECKPOINT_STORAGE": f"s3://{BUCKET}/checkpoints",
+            "WORDCOUNT_TOPIC": "lines",
+            "WORDCOUNT_SINK": (root / "published").as_uri(),
+            "WORDCOUNT_INTERVAL": "1h",  # runs are triggered here, one at a time
+            "WORDCOUNT_RETAINED": "3",
+            "MICROCHECKPOINT_SPARK_MODE": mode,
+        }
+        airflow = start_airflow(
+            root / "airflow",
+            stack.kafka_bootstrap,
+            stack.s3,
+            env,
+            spark_connect=None if connect is None else connect.address,
+        )
+        try:
+            api = airflow.client
+            api.wait_dags(["wordcount_pipeline"])
+            wordcount.produce(stack.kafka_bootstrap, "lines", wordcount.lines_for(LINES, seed=1))
+            api.set_paused("wordcount_pipeline", False)
+            # Unpausing starts the scheduled run of the latest interval: the warm-up.
+            _wait_idle(api)
+            rows = []
+            for i in range(runs):
+                lines = wordcount.lines_for(LINES, seed=100 + i)
+                wordcount.produce(stack.kafka_bootstrap, "lines", lines, create=False)
+                start = time.perf_counter()
+                run_id = api.trigger("wordcount_pipeline")
+                state = api.wait_run("wordcount_pipeline", run_id, 600)
+                wall = time.perf_counter() - start
+                if state != "success":
+                    raise SystemExit(f"{mode}: run {run_id} ended {state}; logs in {root}")
+                cid = checkpoint_history(store, "wordcount")["latest_completed"]
+                completed, notified = _checkpoint_times(store, cid)
+                rows.append(
+                    {
+                        "checkpoint": cid,
+                        "trigger_to_completed_s": round(completed, 2),
+                        "trigger_to_notified_s": round(notified, 2),
+                        "dag_run_wall_s": round(wall, 2),
+                        "inside_tasks_s": round(_inside_tasks(api, run_id), 2),
+                    }
+                )
+                print(f"  {mode}: {rows[-1]}", flush=True)
+        finally:
+            airflow.stop()
+    return {
+        "runs": rows,
+        "p50": {
+            key: round(statistics.median(r[key] for r in rows), 2)
+            for key in rows[0]
+            if key != "checkpoint"
+        },
+    }
+
+
+def _wait_idle(api: Any, timeout: float = 600) -> None:
+    """Until the pipeline DAG has a run and none of its runs is queued or running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = api.runs("wordcount_pipeline")
+        if runs and all(r["state"] in ("success", "failed") for r in runs):
+            return
+        time.sleep(1)
+    raise SystemExit("the warm-up run of wordcount_pipeline did not end")
+
+
+def run(runs: int, modes: list[str]) -> dict[str, Any]:
+    return {mode: measure(mode, runs) for mode in modes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--modes", nargs="+", default=["connect", "local"])
+    args = parser.parse_args(argv)
+    print(run(args.runs, args.modes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

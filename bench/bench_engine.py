@@ -1,0 +1,340 @@
+"""The engine against Spark Structured Streaming, on the same Parquet files, in one warm session.
+
+Workloads (a keyed count merged into state, ``groupBy(key).count()``):
+
+- ``100k``: epochs of 100,000 records over 10,000 keys;
+- ``1m``: epochs of 1,000,000 records over 10,000 keys;
+- ``1m_keys``: a state of 1,000,000 keys (primed by one untimed epoch), then epochs of
+  100,000 records touching 10,000 of them (1%);
+- ``empty``: an epoch with no new file.
+
+Spark Structured Streaming (SS) runs ``readStream.parquet(folder).groupBy("key").count()``
+with ``Trigger.AvailableNow``, the RocksDB state store with changelog checkpointing and a
+checkpoint location on local disk, output mode ``update`` into the ``noop`` sink: one query
+start per epoch, as a scheduled batch job runs it. The engine runs ``run_cycle`` of a
+``FileSource`` + ``running_sum`` pipeline (storage on local disk). Both read the same
+folder and the same session (``local[2]``, 2 shuffle partitions / 2 subtasks).
+
+Each round writes one new file, then runs both systems on it, alternating which goes first
+(A B, B A, ...); the figures are medians over the rounds, after one untimed warm-up round.
+The engine's state is checked against the input's true counts at the end of each workload.
+
+``--memory`` instead runs each system alone in a fresh process (the ``1m`` workload) and
+samples the resident memory of its driver, JVM and Python workers (peak of each, and of
+their sum).
+
+Run: ``.venv/bin/python -m bench.bench_engine`` (``make bench`` runs every benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PARALLELISM = 2
+
+# name: (records per epoch, keys drawn from, keys primed before the timed epochs)
+WORKLOADS = {
+    "100k": (100_000, 10_000, 0),
+    "1m": (1_000_000, 10_000, 0),
+    "1m_keys": (100_000, 10_000, 1_000_000),
+}
+
+
+def session() -> Any:
+    """The warm session both systems share."""
+    from microcheckpoint.engine.spark import local_spark
+
+    spark = local_spark("local[2]", app="bench-engine", shuffle_partitions=PARALLELISM)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+    return spark
+
+
+class Folder:
+    """The input folder: one Parquet file of ``key string, seq long`` per round."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "input"
+        self.path.mkdir(parents=True)
+        self.truth: Counter[str] = Counter()
+        self.files = 0
+
+    def write(self, keys: list[str]) -> None:
+        self.truth.update(keys)
+        table = pa.table({"key": keys, "seq": pa.array(range(len(keys)), pa.int64())})
+        pq.write_table(table, self.path / f"part-{self.files:05d}.parquet")
+        self.files += 1
+
+
+def keys_for(round_no: int, records: int, key_space: int, primed: int) -> list[str]:
+    """``records`` keys of one round: uniform over ``key_space`` keys, which for a primed
+    workload are a random 1% subset of the primed keys."""
+    rng = random.Random(round_no)
+    if primed:
+        space = rng.sample(range(primed), key_space)
+        return [f"k{space[rng.randrange(key_space)]}" for _ in range(records)]
+    return [f"k{rng.randrange(key_space)}" for _ in range(records)]
+
+
+class StructuredStreaming:
+    """Spark Structured Streaming's keyed count over the folder, one AvailableNow run each."""
+
+    name = "spark_ss"
+
+    def __init__(self, spark: Any, folder: Folder, root: Path) -> None:
+        self.spark, self.folder, self.checkpoint = spark, folder, root / "ss-checkpoint"
+
+    def epoch(self) -> None:
+        query = (
+            self.spark.readStream.schema("key string, seq long")
+            .parquet(str(self.folder.path))
+            .groupBy("key")
+            .count()
+            .writeStream.outputMode("update")
+            .format("noop")
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+
+class Engine:
+    """This engine: a file source and ``running_sum`` (a count), one ``run_cycle`` each."""
+
+    name = "ours"
+
+    def __init__(self, spark: Any, folder: Folder, root: Path, name: str) -> None:
+        from microcheckpoint.config import CheckpointConfig
+        from microcheckpoint.engine import FileSource, Pipeline, running_sum
+        from microcheckpoint.storage import FileStore
+
+        self.spark = spark
+        self.store = FileStore((root / "checkpoints").as_uri())
+        self.pipeline = Pipeline(name, FileSource("files", folder.path.as_uri())).then(
+            running_sum("counts", key="key")
+        )
+        self.config = CheckpointConfig.from_mapping({"pipeline": name, "storage": self.store.url})
+
+    def epoch(self) -> None:
+        from microcheckpoint.engine.cycle import run_cycle
+
+        run_cycle(
+            self.spark,
+            self.pipeline,
+            self.config,
+            self.store,
+            bootstrap="",
+            parallelism=PARALLELISM,
+        )
+
+    def state(self) -> dict[str, int]:
+        from microcheckpoint.state.reader import read_keyed_state
+
+        return read_keyed_state(self.store, self.pipeline.name, "counts")
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def alternate(systems: list[Any], rounds: int, before: Callable[[int], None]) -> dict[str, list]:
+    """``rounds`` timed rounds (after one warm-up round): ``before(round)``, then every system
+    once, the order reversed every round."""
+    seconds: dict[str, list[float]] = {s.name: [] for s in systems}
+    for round_no in range(rounds + 1):
+        before(round_no)
+        order = systems if round_no % 2 else list(reversed(systems))
+        for system in order:
+            took = timed(system.epoch)
+            if round_no:
+                seconds[system.name].append(took)
+    return seconds
+
+
+def workload(spark: Any, name: str, rounds: int) -> dict[str, Any]:
+    """One workload: both systems on the same new file each round; medians and the check."""
+    records, key_space, primed = WORKLOADS[name]
+    root = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    try:
+        folder = Folder(root)
+        ss, ours = StructuredStreaming(spark, folder, root), Engine(spark, folder, root, name)
+        prime_s = {}
+        if primed:
+            folder.write([f"k{i}" for i in range(primed)])
+            prime_s = {s.name: round(timed(s.epoch), 3) for s in (ss, ours)}
+        base = 1_000 * (primed > 0)
+        seconds = alternate(
+            [ss, ours],
+            rounds,
+            lambda r: folder.write(keys_for(base + r, records, key_space, primed)),
+        )
+        state = ours.state()
+        if state != dict(folder.truth):
+            wrong = {k for k in folder.truth if state.get(k) != folder.truth[k]}
+            raise SystemExit(f"{name}: the engine's state differs on {len(wrong)} keys")
+        return {
+            "records": records,
+            "keys": key_space,
+            "primed_keys": primed,
+            "rounds": rounds,
+            "prime_seconds": prime_s,
+            "seconds": {k: [round(s, 3) for s in v] for k, v in seconds.items()},
+            "median": {k: round(statistics.median(v), 3) for k, v in seconds.items()},
+            "state_keys_checked": len(state),
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def empty_epochs(spark: Any, rounds: int) -> dict[str, Any]:
+    """Epochs with nothing new, after one file was read."""
+    root = Path(tempfile.mkdtemp(prefix="bench-empty-"))
+    try:
+        folder = Folder(root)
+        folder.write(keys_for(0, 1_000, 100, 0))
+        systems = [StructuredStreaming(spark, folder, root), Engine(spark, folder, root, "empty")]
+        for system in systems:
+            system.epoch()
+        seconds = alternate(systems, rounds, lambda r: None)
+        return {"median": {k: round(statistics.median(v), 3) for k, v in seconds.items()}}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+
+def _kind(proc: Any, driver: int) -> str:
+    if proc.pid == driver:
+        return "driver"
+    try:
+        return "jvm" if "java" in proc.name() else "workers"
+    except Exception:
+        return "workers"
+
+
+class PeakMemory:
+    """Samples the resident memory of this process and its descendants every 50 ms."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.me = psutil.Process()
+        self.peak = {"driver": 0, "jvm": 0, "workers": 0, "total": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            now = {"driver": 0, "jvm": 0, "workers": 0}
+            for proc in [self.me, *self.me.children(recursive=True)]:
+                try:
+                    now[_kind(proc, self.me.pid)] += proc.memory_info().rss
+                except Exception:
+                    continue  # the process ended while sampled
+            now["total"] = sum(now.values())
+            for key, value in now.items():
+                self.peak[key] = max(self.peak[key], value)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def megabytes(self) -> dict[str, int]:
+        return {k: round(v / 2**20) for k, v in self.peak.items()}
+
+
+def memory_of(system: str, epochs: int) -> dict[str, int]:
+    """Peak memory of one system alone in this process: the ``1m`` workload."""
+    records, key_space, _ = WORKLOADS["1m"]
+    root = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    try:
+        with PeakMemory() as peak:
+            spark = session()
+            folder = Folder(root)
+            runner = (
+                StructuredStreaming(spark, folder, root)
+                if system == "spark_ss"
+                else Engine(spark, folder, root, "memory")
+            )
+            for epoch in range(epochs):
+                folder.write(keys_for(epoch, records, key_space, 0))
+                runner.epoch()
+        return peak.megabytes()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def memory(rounds: int, epochs: int) -> dict[str, Any]:
+    """Each system in a fresh process, alternating; the median of each peak."""
+    peaks: dict[str, list[dict[str, int]]] = {"spark_ss": [], "ours": []}
+    for round_no in range(rounds):
+        order = ["spark_ss", "ours"] if round_no % 2 == 0 else ["ours", "spark_ss"]
+        for system in order:
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.bench_engine", "--memory-of", system],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=Path(__file__).resolve().parents[1],
+            )
+            peaks[system].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {
+        system: {k: round(statistics.median(p[k] for p in runs)) for k in runs[0]}
+        for system, runs in peaks.items()
+    }
+
+
+def run(rounds: int, memory_rounds: int, only: list[str]) -> dict[str, Any]:
+    """Every workload, the empty epoch and (unless ``memory_rounds`` is 0) peak memory."""
+    spark = session()
+    try:
+        results = {name: workload(spark, name, rounds) for name in only}
+        results["empty"] = empty_epochs(spark, rounds)
+    finally:
+        spark.stop()
+    if memory_rounds:
+        results["peak_rss_mb"] = memory(memory_rounds, epochs=2)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--memory-rounds", type=int, default=2)
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--memory-of", choices=["spark_ss", "ours"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_of:
+        print(json.dumps(memory_of(args.memory_of, epochs=2)))
+        return 0
+    print(json.dumps(run(args.rounds, args.memory_rounds, args.workloads), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""``make bench``: every benchmark of the engine in one run, a table, and ``latest.json``.
+
+Runs ``bench_engine`` (this engine vs Spark Structured Streaming on the same Parquet files,
+the empty epoch, peak memory), ``bench_reader`` (the Kafka source vs a bare kafka-python
+loop) and ``bench_airflow`` (one checkpoint through Airflow with the Connect server and
+with in-process Spark); prints today's figures beside the ones issue 10 started from, and
+writes ``bench/results/latest.json``.
+
+Run: ``make bench`` or ``.venv/bin/python -m bench.run_all [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from typing import Any
+
+from bench._common import RESULTS, table
+
+# What the engine measured before the Arrow rewrite (issue 10), on the same machine kind.
+BEFORE = {
+    "100k": "5.5 s",
+    "1m": "41.9 s",
+    "1m_keys": "-",
+    "empty": "0.39 s",
+    "reader": "0.37x",
+    "airflow": "20.5 s",
+}
+TARGETS = {
+    "vs_spark_ss_100k": "<= 1.0",
+    "vs_spark_ss_1m": "<= 1.0",
+    "vs_spark_ss_1m_keys": "<= 1.0",
+    "reader_vs_kafka_python": ">= 0.9",
+    "empty_epoch": "<= 0.1 s",
+    "airflow_checkpoint_p50_connect": "<= 5 s",
+    "memory_vs_spark_ss": "<= 1.2",
+}
+
+
+def machine() -> dict[str, Any]:
+    with open("/proc/meminfo") as meminfo:
+        total_kb = int(meminfo.readline().split()[1])
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gb": round(total_kb / 2**20, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def summarize(engine: dict, reader: dict, airflow: dict) -> dict[str, Any]:
+    """The figures of ``latest.json`` from the three benchmarks' results."""
+
+    def ratio(name: str) -> float:
+        median = engine[name]["median"]
+        return round(median["ours"] / median["spark_ss"], 3)
+
+    memory = engine["peak_rss_mb"]
+    return {
+        "ratios": {
+            "vs_spark_ss_100k": ratio("100k"),
+            "vs_spark_ss_1m": ratio("1m"),
+            "vs_spark_ss_1m_keys": ratio("1m_keys"),
+            "reader_vs_kafka_python": reader["ratio"],
+            "memory_vs_spark_ss": round(memory["ours"]["total"] / memory["spark_ss"]["total"], 3),
+        },
+        "seconds": {
+            "empty_epoch": engine["empty"]["median"]["ours"],
+            "empty_epoch_spark_ss": engine["empty"]["median"]["spark_ss"],
+            "airflow_checkpoint_p50_connect": airflow["connect"]["p50"]["trigger_to_notified_s"],
+            "airflow_checkpoint_p50_local": airflow["local"]["p50"]["trigger_to_notified_s"],
+            **{f"{w}_ours": engine[w]["median"]["ours"] for w in ("100k", "1m", "1m_keys")},
+            **{f"{w}_spark_ss": engine[w]["median"]["spark_ss"] for w in ("100k", "1m", "1m_keys")},
+        },
+        "peak_rss_mb": memory,
+        "machine": machine(),
+        "details": {"engine": engine, "reader": reader, "airflow": airflow},
+    }
+
+
+def report(latest: dict[str, Any]) -> str:
+    """The side-by-side table."""
+    s, r = latest["seconds"], latest["ratios"]
+    a = latest["details"]["airflow"]
+    mem = latest["peak_rss_mb"]
+
+    def sec(x: float) -> str:
+        return f"{x:.2f} s"
+
+    rows = [
+        ["100k records, 10k keys", BEFORE["100k"], sec(s["100k_ours"]), sec(s["100k_spark_ss"]),
+         f"{r['vs_spark_ss_100k']:.2f}x", TARGETS["vs_spark_ss_100k"]],
+        ["1M records, 10k keys", BEFORE["1m"], sec(s["1m_ours"]), sec(s["1m_spark_ss"]),
+         f"{r['vs_spark_ss_1m']:.2f}x", TARGETS["vs_spark_ss_1m"]],
+        ["100k records, 1M keys, 1% touched", BEFORE["1m_keys"], sec(s["1m_keys_ours"]),
+         sec(s["1m_keys_spark_ss"]), f"{r['vs_spark_ss_1m_keys']:.2f}x",
+         TARGETS["vs_spark_ss_1m_keys"]],
+        ["empty epoch", BEFORE["empty"], sec(s["empty_epoch"]), sec(s["empty_epoch_spark_ss"]),
+         "", TARGETS["empty_epoch"]],
+        ["Kafka source vs bare kafka-python (1M)", BEFORE["reader"],
+         sec(latest["details"]["reader"]["median"]["ours"]),
+         sec(latest["details"]["reader"]["median"]["bare_kafka_python"]) + " (bare)",
+         f"{r['reader_vs_kafka_python']:.2f}x", TARGETS["reader_vs_kafka_python"]],
+        ["checkpoint through Airflow, Connect (p50)", BEFORE["airflow"],
+         sec(s["airflow_checkpoint_p50_connect"]), "", "", TARGETS["airflow_checkpoint_p50_connect"]],
+        ["checkpoint through Airflow, LocalSpark (p50)", BEFORE["airflow"],
+         sec(s["airflow_checkpoint_p50_local"]), "", "", ""],
+        ["peak memory, 1M workload (MB)", "-", str(mem["ours"]["total"]),
+         str(mem["spark_ss"]["total"]), f"{r['memory_vs_spark_ss']:.2f}x",
+         TARGETS["memory_vs_spark_ss"]],
+    ]  # fmt: skip
+    lines = [table(rows, ["work", "before", "ours now", "Spark SS now", "ratio", "target"])]
+    lines.append("")
+    lines.append(
+        "peak memory (MB) driver / JVM / Python workers: "
+        + "; ".join(
+            f"{name} {m['driver']} / {m['jvm']} / {m['workers']}" for name, m in mem.items()
+        )
+    )
+    for mode in ("connect", "local"):
+        p50 = a[mode]["p50"]
+        lines.append(
+            f"Airflow {mode} p50: trigger->completed {p50['trigger_to_completed_s']} s, "
+            f"trigger->notified {p50['trigger_to_notified_s']} s, DAG run {p50['dag_run_wall_s']} s "
+            f"of which inside tasks {p50['inside_tasks_s']} s"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    args = parser.parse_args(argv)
+    from bench import bench_airflow, bench_engine, bench_reader
+
+    rounds = 2 if args.quick else 5
+    print("engine vs Spark Structured Streaming ...", flush=True)
+    engine = bench_engine.run(
+        rounds, memory_rounds=1 if args.quick else 2, only=list(bench_engine.WORKLOADS)
+    )
+    print("Kafka source vs bare kafka-python ...", flush=True)
+    reader = bench_reader.run(200_000 if args.quick else 1_000_000, 100, 2, 2 if args.quick else 3)
+    print("checkpoints through Airflow ...", flush=True)
+    airflow = bench_airflow.run(2 if args.quick else 5, ["connect", "local"])
+    latest = summarize(engine, reader, airflow)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "latest.json"
+    path.write_text(json.dumps(latest, indent=2) + "\n")
+    print()
+    print(report(latest))
+    print(f"\nwritten: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
