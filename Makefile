@@ -40,8 +40,8 @@ test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.bench_reader
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.bench_checkpoint_bytes
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.run_all $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
