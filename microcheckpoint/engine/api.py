@@ -240,32 +240,31 @@ def running_sum(uid: str, key: str, value: str | None = None, **options: Any) ->
     )
 
 
+def _running_extreme(
+    kind: str, uid: str, key: str, value: str, value_type: str, options: dict[str, Any]
+) -> KeyedOperator:
+    return KeyedOperator(
+        uid,
+        key,
+        _running_extreme_fn(min if kind == "min" else max, value, kind),
+        f"key string, {kind} {value_type}",
+        aggregate=Aggregate(kind, value, kind),
+        **options,
+    )
+
+
 def running_min(
     uid: str, key: str, value: str, value_type: str = "long", **options: Any
 ) -> KeyedOperator:
     """The smallest ``value`` seen per key; outputs ``key string, min <value_type>``."""
-    return KeyedOperator(
-        uid,
-        key,
-        _running_extreme_fn(min, value, "min"),
-        f"key string, min {value_type}",
-        aggregate=Aggregate("min", value, "min"),
-        **options,
-    )
+    return _running_extreme("min", uid, key, value, value_type, options)
 
 
 def running_max(
     uid: str, key: str, value: str, value_type: str = "long", **options: Any
 ) -> KeyedOperator:
     """The largest ``value`` seen per key; outputs ``key string, max <value_type>``."""
-    return KeyedOperator(
-        uid,
-        key,
-        _running_extreme_fn(max, value, "max"),
-        f"key string, max {value_type}",
-        aggregate=Aggregate("max", value, "max"),
-        **options,
-    )
+    return _running_extreme("max", uid, key, value, value_type, options)
 
 
 @dataclass

@@ -14,7 +14,7 @@ router's marker row guarantees the call even when no row reached it) and:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +95,14 @@ def _subtask_state(ctx: OperatorContext, subtask: int) -> tuple[SubtaskState, Ta
     return state, task
 
 
+def _previous(state: SubtaskState, keys: Iterable[tuple[str, int]]) -> dict[str, tuple[Any, int]]:
+    """The state before this epoch of the (canonical key, key group) pairs ``keys``."""
+    keys_by_kg: dict[int, list[str]] = {}
+    for ck, kg in keys:
+        keys_by_kg.setdefault(kg, []).append(ck)
+    return state.previous(keys_by_kg)
+
+
 def _snapshot_and_ack(ctx: OperatorContext, state: SubtaskState, task: TaskId) -> None:
     handles = state.snapshot()
     ctx.faults.point("after_snapshot")
@@ -108,8 +116,9 @@ def process_subtask(
 ) -> pa.Table:
     """Run subtask ``subtask`` of a general keyed operator; returns its outputs.
 
-    Steps: 1. this epoch's rows by key, each key's rows in source order (by topic,
-    partition and offset when the rows carry them, else by content); 2. restore those keys;
+    Steps: 1. this epoch's rows by key, each key's rows in source order (Kafka's topic,
+    partition and offset, or a file source's file and row, else by content); 2. restore
+    those keys;
     3. ``fn(key, rows, state)`` per key in key order; 4. snapshot and ack.
     """
     # Step 1
@@ -124,10 +133,7 @@ def process_subtask(
         kg_of[ck] = kg
     # Step 2
     state, task = _subtask_state(ctx, subtask)
-    keys_by_kg: dict[int, list[str]] = {}
-    for ck, kg in kg_of.items():
-        keys_by_kg.setdefault(kg, []).append(ck)
-    previous = state.previous(keys_by_kg)
+    previous = _previous(state, kg_of.items())
     # Step 3
     outputs: list[dict[str, Any]] = []
     for ck in sorted(by_key):
@@ -169,10 +175,7 @@ def merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.T
     cks = [canonical_key(k) for k in keys]
     # Step 2
     state, task = _subtask_state(ctx, subtask)
-    keys_by_kg: dict[int, list[str]] = {}
-    for ck, kg in zip(cks, kgs, strict=True):
-        keys_by_kg.setdefault(kg, []).append(ck)
-    previous = state.previous(keys_by_kg)
+    previous = _previous(state, zip(cks, kgs, strict=True))
     # Step 3
     combine = _COMBINE[ctx.aggregate or "sum"]
     out_keys, out_values = [], []

@@ -28,6 +28,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from microcheckpoint.adapters.decoding import check_value_format
 from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.engine.api import FileSource, KafkaSource, KeyedOperator, Pipeline
 from microcheckpoint.engine.keyed import (
@@ -38,7 +39,12 @@ from microcheckpoint.engine.keyed import (
 )
 from microcheckpoint.engine.routing import KG, SUBTASK, route
 from microcheckpoint.engine.sinkstage import SinkContext, stage_table
-from microcheckpoint.engine.sources import FileReader, KafkaSplitReader, kafka_schema
+from microcheckpoint.engine.sources import (
+    FileReader,
+    KafkaSplitReader,
+    fields_schema,
+    kafka_schema,
+)
 from microcheckpoint.errors import ConfigError, KafkaSourceError
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
@@ -137,15 +143,8 @@ def _file_schema(store: ObjectStore, source: FileSource, sample: list[str]) -> A
     import pyarrow.parquet as pq
 
     if source.schema:
-        return (
-            kafka_schema("json", source.schema)[0]
-            .remove(0)
-            .remove(0)
-            .remove(0)
-            .remove(0)
-            .remove(0)
-            .remove(0)
-        )
+        check_value_format("json", source.schema)
+        return fields_schema(source.schema)
     if not sample:
         raise ConfigError(
             "schema", None, f"a schema for file source {source.uid!r}: its folder holds no file yet"

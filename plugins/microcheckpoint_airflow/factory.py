@@ -138,33 +138,24 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         trigger = TriggerCheckpointOperator(
             task_id="trigger_checkpoint", spec=spec, retries=3, retry_delay=timedelta(seconds=5)
         )
+        epoch = {
+            "task_id": "process_epoch",
+            "spec": spec,
+            "checkpoint_id": CID,
+            "execution_timeout": timedelta(seconds=timeout_s),
+        }
         if isinstance(spark, SparkSubmit):
             process = EpochSparkSubmitOperator(
-                task_id="process_epoch",
-                spec=spec,
-                checkpoint_id=CID,
                 conn_id=spark.conn_id,
                 conf=dict(spark.conf),
                 executor_memory=spark.executor_memory,
                 driver_memory=spark.driver_memory,
-                execution_timeout=timedelta(seconds=timeout_s),
+                **epoch,
             )
         elif isinstance(spark, SparkConnect):
-            process = ConnectEpochOperator(
-                task_id="process_epoch",
-                spec=spec,
-                checkpoint_id=CID,
-                conn_id=spark.conn_id,
-                execution_timeout=timedelta(seconds=timeout_s),
-            )
+            process = ConnectEpochOperator(conn_id=spark.conn_id, **epoch)
         else:
-            process = LocalEpochOperator(
-                task_id="process_epoch",
-                spec=spec,
-                checkpoint_id=CID,
-                master=spark.master,
-                execution_timeout=timedelta(seconds=timeout_s),
-            )
+            process = LocalEpochOperator(master=spark.master, **epoch)
         await_acks = AwaitAcksSensor(
             task_id="await_acks", spec=spec, checkpoint_id=CID, timeout=timeout_s + 60
         )
