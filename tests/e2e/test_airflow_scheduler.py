@@ -91,7 +91,7 @@ def wait_for(
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client):
+def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client, spark_connect_url):
     tmp = tmp_path_factory.mktemp("e2e")
     s3_bucket = f"e2e-{uuid.uuid4().hex[:12]}"
     ensure_bucket(s3_client, s3_bucket)
@@ -114,8 +114,13 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client):
         "WORDCOUNT_HOURLY_END": (T0 + timedelta(hours=3)).isoformat(),
         "WORDCOUNT_HOURLY_RETAINED": "100",
         SLOW_ENV: str(tmp / "slow-once"),
+        # Epochs run on the session's warm Spark Connect server, as in `make demo`: two
+        # pipelines each starting a JVM per epoch task on 2 cores took 35-60 s per epoch.
+        "MICROCHECKPOINT_SPARK_MODE": "connect",
     }
-    airflow = start_airflow(tmp / "airflow", kafka_bootstrap, s3_endpoint, env)
+    airflow = start_airflow(
+        tmp / "airflow", kafka_bootstrap, s3_endpoint, env, spark_connect=spark_connect_url
+    )
     try:
         airflow.client.wait_dags(
             [
