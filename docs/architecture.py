@@ -85,7 +85,7 @@ def draw() -> str:
         ("sensors\nmin pause · max concurrent", "#f7fbff"),
         ("1 trigger\nbarrier n = [start, end)\nper partition", "#ffffff"),
         ("2 process_epoch\nruns the epoch plan\nin Spark", "#ffffff"),
-        ("3 await_acks\nreads acks/ in storage\ntimeout → EXPIRED", "#f7fbff"),
+        ("3 acks\nall in acks/ in storage\ntimeout → EXPIRED", "#f7fbff"),
         ("4 complete\nthe global ack", "#ffffff"),
         ("5 notify\nsinks · offsets · retention", "#ffffff"),
     ]

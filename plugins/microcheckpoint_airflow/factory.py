@@ -108,6 +108,46 @@ def spark_mode(mode: str, conn_id: str | None = None) -> Spark:
 API_RETRY: dict[str, Any] = {"retries": 3, "retry_delay": timedelta(seconds=5)}
 
 
+def _epoch_tasks(
+    spec: PipelineSpec, spark: Spark, epoch: dict[str, Any], retention: Any
+) -> tuple[Any, list[Any]]:
+    """The tasks from the Spark epoch to ``retention``: the epoch task and those whose
+    failure aborts the checkpoint."""
+    timeout_s = spec.config.timeout
+    if not isinstance(spark, SparkSubmit):
+        # Spark runs in the task: its acks are in when the job returns, so the task
+        # completes and notifies the checkpoint itself (one task start, not four).
+        if isinstance(spark, SparkConnect):
+            process = ConnectEpochOperator(conn_id=spark.conn_id, **epoch)
+        else:
+            process = LocalEpochOperator(master=spark.master, **epoch)
+        process >> retention
+        return process, [process]
+    process = EpochSparkSubmitOperator(
+        conn_id=spark.conn_id,
+        conf=dict(spark.conf),
+        executor_memory=spark.executor_memory,
+        driver_memory=spark.driver_memory,
+        **epoch,
+    )
+    # The job runs elsewhere: wait for its acks, then the global ack, then notify.
+    await_acks = AwaitAcksSensor(
+        task_id="await_acks", spec=spec, checkpoint_id=CID, timeout=timeout_s + 60
+    )
+    complete = CompleteCheckpointOperator(
+        task_id="complete_checkpoint", spec=spec, checkpoint_id=CID
+    )
+    notify = NotifyCheckpointOperator(
+        task_id="notify_checkpoint",
+        spec=spec,
+        checkpoint_id=CID,
+        retries=5,
+        retry_delay=timedelta(seconds=10),
+    )
+    process >> await_acks >> complete >> notify >> retention
+    return process, [process, await_acks, complete]
+
+
 def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
     config = spec.config
     timeout_s = config.timeout
@@ -126,8 +166,13 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         description=f"checkpointed epochs of pipeline {spec.name}",
         doc_md=(
             f"Each run is one checkpoint of **{spec.name}**: min pause → max concurrent → "
-            "trigger (barrier) → Spark epoch → await acks (timeout "
-            f"{timeout_s:g}s) → complete → notify → retention. Pause this DAG to stop "
+            "trigger (barrier) → Spark epoch → "
+            + (
+                f"await acks (timeout {timeout_s:g}s) → complete → notify"
+                if isinstance(spark, SparkSubmit)
+                else f"complete and notify in the epoch task (timeout {timeout_s:g}s)"
+            )
+            + " → retention. Pause this DAG to stop "
             f"triggering; resume from a savepoint with `{spec.restore_dag_id}`."
         ),
         **common,
@@ -144,31 +189,6 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             "checkpoint_id": CID,
             "execution_timeout": timedelta(seconds=timeout_s),
         }
-        if isinstance(spark, SparkSubmit):
-            process = EpochSparkSubmitOperator(
-                conn_id=spark.conn_id,
-                conf=dict(spark.conf),
-                executor_memory=spark.executor_memory,
-                driver_memory=spark.driver_memory,
-                **epoch,
-            )
-        elif isinstance(spark, SparkConnect):
-            process = ConnectEpochOperator(conn_id=spark.conn_id, **epoch)
-        else:
-            process = LocalEpochOperator(master=spark.master, **epoch)
-        await_acks = AwaitAcksSensor(
-            task_id="await_acks", spec=spec, checkpoint_id=CID, timeout=timeout_s + 60
-        )
-        complete = CompleteCheckpointOperator(
-            task_id="complete_checkpoint", spec=spec, checkpoint_id=CID
-        )
-        notify = NotifyCheckpointOperator(
-            task_id="notify_checkpoint",
-            spec=spec,
-            checkpoint_id=CID,
-            retries=5,
-            retry_delay=timedelta(seconds=10),
-        )
         retention = RetentionOperator(task_id="retention", spec=spec)
         abort = AbortCheckpointOperator(
             task_id="abort_on_failure",
@@ -176,17 +196,18 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             checkpoint_id=CID,
             trigger_rule=TriggerRule.ONE_FAILED,
         )
+        process, failing = _epoch_tasks(spec, spark, epoch, retention)
+        failing.insert(0, trigger)
         gate_pause >> gate_concurrency >> trigger
         if config.effective_max_concurrent > 1 and not data_interval:
             base = BaseStateSensor(
                 task_id="await_base_state", spec=spec, checkpoint_id=CID, timeout=timeout_s
             )
             trigger >> base >> process
-            base >> abort
+            failing.append(base)
         else:
             trigger >> process
-        process >> await_acks >> complete >> notify >> retention
-        [trigger, process, await_acks, complete] >> abort
+        failing >> abort
     return dag
 
 

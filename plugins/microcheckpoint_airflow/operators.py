@@ -1,8 +1,9 @@
 """Operators: each ``execute`` opens the adapters through the hooks and calls the core.
 
 Pipeline DAG: ``TriggerCheckpointOperator`` → ``LocalEpochOperator`` or
-``ConnectEpochOperator`` or ``EpochSparkSubmitOperator`` → (``AwaitAcksSensor``) → ``CompleteCheckpointOperator`` →
-``NotifyCheckpointOperator`` → ``RetentionOperator``, with ``AbortCheckpointOperator``
+``ConnectEpochOperator`` (process, complete and notify in the task) or
+``EpochSparkSubmitOperator`` → ``AwaitAcksSensor`` → ``CompleteCheckpointOperator`` →
+``NotifyCheckpointOperator``; then ``RetentionOperator``, with ``AbortCheckpointOperator``
 when a step fails. Savepoint and restore DAGs: ``SuspendPipelineOperator``,
 ``SavepointOperator``, ``ValidateRestoreOperator``, ``RestoreOperator`` and
 ``SetPausedOperator``.
@@ -152,7 +153,14 @@ def _data_interval(context: Any, spec: PipelineSpec) -> tuple[Any, Any] | None:
 
 
 class LocalEpochOperator(PipelineOperator):
-    """Process epoch n with local Spark inside this task (the embedded default)."""
+    """Process epoch n with local Spark inside this task (the embedded default), then
+    complete and notify it here.
+
+    The epoch's executors have written every ack when the Spark job returns, so no sensor
+    has to wait for them: this task takes the global ack (``_metadata``, or EXPIRED past the
+    timeout) and notifies (sinks publish, group offsets move) right away. A notify that fails
+    leaves the checkpoint completed; the next run's trigger notifies it first.
+    """
 
     def __init__(self, *, master: str = "local[2]", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -183,12 +191,14 @@ class LocalEpochOperator(PipelineOperator):
         finally:
             spark.stop()
         self.log.info(
-            "checkpoint %s attempt %s: %d records",
+            "checkpoint %s attempt %s: %d records processed, every task acked",
             result.checkpoint_id,
             result.attempt,
             result.records,
         )
-        return {"attempt": result.attempt, "records": result.records}
+        completed = _complete(coord, result.checkpoint_id)
+        _notify(self, coord, pipeline, result.checkpoint_id)
+        return {"attempt": result.attempt, **completed}
 
 
 class ConnectEpochOperator(LocalEpochOperator):
@@ -264,6 +274,33 @@ class EpochSparkSubmitOperator(SparkSubmitOperator):
         super().execute(context)
 
 
+def _complete(coord: CheckpointCoordinator, cid: CheckpointId) -> dict[str, Any]:
+    """The global ack of ``cid`` (idempotent), as the task's XCom; refusals fail the task."""
+    try:
+        meta = complete_checkpoint(coord, cid)
+    except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
+        raise AirflowFailException(str(exc)) from exc
+    return {
+        "checkpoint": meta.checkpoint_id.value,
+        "duration_ms": meta.duration_ms,
+        "records": meta.barrier.record_count,
+        "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
+    }
+
+
+def _notify(
+    task: PipelineOperator, coord: CheckpointCoordinator, pipeline: Any, cid: CheckpointId
+) -> None:
+    """notifyCheckpointComplete of ``cid``: sinks publish, group offsets move (idempotent)."""
+    from microcheckpoint.engine.sinkstage import sink_publisher
+    from microcheckpoint.engine.sources import source_offsets
+
+    publish = sink_publisher(pipeline, coord.store, coord.config.mode)
+    with KafkaHook(task.spec.kafka_conn_id).get_offsets() as kafka:
+        offsets = source_offsets(pipeline.source, kafka, task.store_options())
+        coord.notify(cid, group_committer(offsets, coord.config), publish)
+
+
 class CompleteCheckpointOperator(PipelineOperator):
     """The global ack: write ``_metadata`` of checkpoint n (idempotent on retry).
 
@@ -272,31 +309,14 @@ class CompleteCheckpointOperator(PipelineOperator):
     """
 
     def execute(self, context: Any) -> dict[str, Any]:
-        try:
-            meta = complete_checkpoint(self.coordinator(), self.cid())  # type: ignore[arg-type]
-        except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
-            raise AirflowFailException(str(exc)) from exc
-        return {
-            "checkpoint": meta.checkpoint_id.value,
-            "duration_ms": meta.duration_ms,
-            "records": meta.barrier.record_count,
-            "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
-        }
+        return _complete(self.coordinator(), self.cid())  # type: ignore[arg-type]
 
 
 class NotifyCheckpointOperator(PipelineOperator):
-    """notifyCheckpointComplete: sinks publish, group offsets move, retention (idempotent)."""
+    """notifyCheckpointComplete: sinks publish, group offsets move (idempotent)."""
 
     def execute(self, context: Any) -> None:
-        from microcheckpoint.engine.sinkstage import sink_publisher
-        from microcheckpoint.engine.sources import source_offsets
-
-        coord = self.coordinator()
-        pipeline = self.spec.load_pipeline()
-        publish = sink_publisher(pipeline, coord.store, coord.config.mode)
-        with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
-            offsets = source_offsets(pipeline.source, kafka, self.store_options())
-            coord.notify(self.cid(), group_committer(offsets, coord.config), publish)  # type: ignore[arg-type]
+        _notify(self, self.coordinator(), self.spec.load_pipeline(), self.cid())  # type: ignore[arg-type]
 
 
 class RetentionOperator(PipelineOperator):

@@ -224,7 +224,7 @@ def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
     states = world.api.task_states("wordcount_pipeline", run)
     assert states["process_epoch"] == "failed"
     assert states["abort_on_failure"] == "success"
-    assert states["complete_checkpoint"] == "upstream_failed"
+    assert states["retention"] == "upstream_failed"
     counts = read_keyed_state(world.store, "wordcount", "word-counts")
     assert counts == dict(wordcount.expected(world.lines))
 

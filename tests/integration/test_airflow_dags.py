@@ -89,8 +89,8 @@ def test_epochs_then_stop_with_savepoint_then_restore_with_rescale(
         "failed",
         "failed",
     ]
-    assert runs[0]["xcom"]["complete_checkpoint"]["offsets"] == {f"{topic}:0": 70, f"{topic}:1": 70}
-    assert runs[1]["xcom"]["complete_checkpoint"]["offsets"] == {
+    assert runs[0]["xcom"]["process_epoch"]["offsets"] == {f"{topic}:0": 70, f"{topic}:1": 70}
+    assert runs[1]["xcom"]["process_epoch"]["offsets"] == {
         f"{topic}:0": 120,
         f"{topic}:1": 120,
     }

@@ -17,8 +17,18 @@ import pytest
 from airflow.sdk import DAG, DeltaDataIntervalTimetable, TriggerRule
 
 from microcheckpoint.errors import ConfigError
-from microcheckpoint_airflow import LocalSpark, PipelineSpec, SparkSubmit, pipeline_dags
-from microcheckpoint_airflow.operators import EpochSparkSubmitOperator, LocalEpochOperator
+from microcheckpoint_airflow import (
+    LocalSpark,
+    PipelineSpec,
+    SparkConnect,
+    SparkSubmit,
+    pipeline_dags,
+)
+from microcheckpoint_airflow.operators import (
+    ConnectEpochOperator,
+    EpochSparkSubmitOperator,
+    LocalEpochOperator,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 START = datetime(2026, 1, 1)
@@ -114,10 +124,19 @@ def test_roots_and_dag_ids() -> None:
 
 # ---- the pipeline DAG ------------------------------------------------------------------------
 
+# Spark in the task (local, Connect): the epoch task completes and notifies itself.
 CHAIN = {
     "wait_min_pause": ([], ["wait_max_concurrent"]),
     "wait_max_concurrent": (["wait_min_pause"], ["trigger_checkpoint"]),
     "trigger_checkpoint": (["wait_max_concurrent"], ["abort_on_failure", "process_epoch"]),
+    "process_epoch": (["trigger_checkpoint"], ["abort_on_failure", "retention"]),
+    "retention": (["process_epoch"], []),
+    "abort_on_failure": (["process_epoch", "trigger_checkpoint"], []),
+}
+
+# spark-submit: the job runs elsewhere, so sensors and tasks wait for its acks and commit.
+SUBMIT_CHAIN = {
+    **CHAIN,
     "process_epoch": (["trigger_checkpoint"], ["abort_on_failure", "await_acks"]),
     "await_acks": (["process_epoch"], ["abort_on_failure", "complete_checkpoint"]),
     "complete_checkpoint": (["await_acks"], ["abort_on_failure", "notify_checkpoint"]),
@@ -148,11 +167,20 @@ def test_pipeline_dag_chain_with_one_checkpoint_in_flight() -> None:
     rules = {t.task_id: t.trigger_rule for t in dag.tasks}
     assert rules.pop("abort_on_failure") == TriggerRule.ONE_FAILED
     assert set(rules.values()) == {TriggerRule.ALL_SUCCESS}
-    for task_id in ("process_epoch", "await_acks", "complete_checkpoint", "abort_on_failure"):
+    for task_id in ("process_epoch", "abort_on_failure"):
         assert dag.get_task(task_id).checkpoint_id == CID
-    assert dag.get_task("await_acks").timeout == 180.0  # timeout + 60 s
     trigger = dag.get_task("trigger_checkpoint")
     assert (trigger.retries, trigger.retry_delay) == (3, timedelta(seconds=5))
+
+
+def test_spark_submit_epochs_await_acks_then_complete_and_notify() -> None:
+    dag = pipeline_dags(make_spec(), start_date=START, spark=SparkSubmit())["wc_pipeline"]
+    assert edges(dag) == SUBMIT_CHAIN
+    for task_id in ("process_epoch", "await_acks", "complete_checkpoint", "notify_checkpoint"):
+        assert dag.get_task(task_id).checkpoint_id == CID
+    assert dag.get_task("await_acks").timeout == 180.0  # timeout + 60 s
+    notify = dag.get_task("notify_checkpoint")
+    assert (notify.retries, notify.retry_delay) == (5, timedelta(seconds=10))
 
 
 def test_pipeline_dag_with_two_checkpoints_in_flight_awaits_the_base_state() -> None:
@@ -164,15 +192,9 @@ def test_pipeline_dag_with_two_checkpoints_in_flight_awaits_the_base_state() -> 
         ["abort_on_failure", "await_base_state"],
     )
     expected["await_base_state"] = (["trigger_checkpoint"], ["abort_on_failure", "process_epoch"])
-    expected["process_epoch"] = (["await_base_state"], ["abort_on_failure", "await_acks"])
+    expected["process_epoch"] = (["await_base_state"], ["abort_on_failure", "retention"])
     expected["abort_on_failure"] = (
-        [
-            "await_acks",
-            "await_base_state",
-            "complete_checkpoint",
-            "process_epoch",
-            "trigger_checkpoint",
-        ],
+        ["await_base_state", "process_epoch", "trigger_checkpoint"],
         [],
     )
     assert edges(dag) == expected
@@ -226,6 +248,14 @@ def test_local_spark_runs_the_epoch_in_the_task(spark) -> None:
     assert type(process) is LocalEpochOperator
     assert process.master == (spark or LocalSpark()).master
     assert process.execution_timeout == timedelta(minutes=2)
+
+
+def test_spark_connect_runs_the_epoch_as_a_client_of_the_connection() -> None:
+    dag = pipeline_dags(make_spec(), start_date=START, spark=SparkConnect("sc"))["wc_pipeline"]
+    process = dag.get_task("process_epoch")
+    assert type(process) is ConnectEpochOperator
+    assert process.conn_id == "sc"
+    assert edges(dag) == CHAIN
 
 
 # ---- the savepoint and restore DAGs ---------------------------------------------------------
