@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from microcheckpoint.errors import ConfigError, InvalidValue, KafkaSourceError
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 
-__all__ = ["Split", "read_split", "split_ranges"]
+__all__ = ["Split", "check_splits", "read_split", "split_ranges"]
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,15 @@ def read_split(
     timeout_s: float = 60,
     fetch_max_bytes: int = 4 * 1024 * 1024,
     stop_at: Callable[[SourceRecord], bool] | None = None,
+    check: bool = True,
 ) -> Iterator[SourceRecord]:
     """Records of ``split`` in offset order: exactly those with ``start <= offset < end``.
 
     Steps:
         1. An empty split returns an empty iterator at once (no broker call, no checks).
-        2. Check the range against the partition, when called: ``start`` below the log start
-           offset (records deleted by retention) or ``end`` above the high watermark raises.
+        2. Unless ``check=False`` (the caller ran ``check_splits`` already), check the range
+           against the partition, when called: ``start`` below the log start offset (records
+           deleted by retention) or ``end`` above the high watermark raises.
         3. On iteration: one consumer (manual assignment, no group, no commits, no offset
            reset) seeks to ``start`` and polls until its position reaches ``end``; fetched
            batches may hold records outside the range, which are dropped. Offset gaps
@@ -113,21 +115,47 @@ def read_split(
     if split.start == split.end:
         return iter(())
     # Step 2
-    request_timeout_ms = int(min(max(timeout_s, 1.0), 300.0) * 1000)
-    with KafkaOffsets(bootstrap_servers, "microcheckpoint-source", request_timeout_ms) as kafka:
-        log_start = kafka.beginning_offsets([split.tp])[split.tp]
-        high_watermark = kafka.end_offsets([split.tp])[split.tp]
-    if split.start < log_start:
-        raise _below_log_start(split, split.start, log_start)
-    if split.end > high_watermark:
-        raise KafkaSourceError(
-            f"split {split}: end offset {split.end} is above the high watermark "
-            f"{high_watermark} of {split.tp} (topic {split.tp.topic!r}, partition "
-            f"{split.tp.partition}); a barrier only points at existing records, so the topic was "
-            "re-created or truncated: restore from a savepoint or reset the pipeline's offsets"
-        )
+    if check:
+        check_splits(bootstrap_servers, [split], timeout_s=timeout_s)
     # Step 3
+    request_timeout_ms = _request_timeout_ms(timeout_s)
     return _read(bootstrap_servers, split, timeout_s, fetch_max_bytes, request_timeout_ms, stop_at)
+
+
+def check_splits(bootstrap_servers: str, splits: Iterable[Split], *, timeout_s: float = 60) -> None:
+    """Check every non-empty split against its partition, with one client for all of them.
+
+    A reader of many splits (an epoch's Spark job) calls this once in the driver and reads
+    with ``read_split(..., check=False)``; what it checks is ``read_split``'s step 2.
+
+    Raises:
+        KafkaSourceError: a split starts below its partition's log start offset (records
+            deleted by retention) or ends above its high watermark, or Kafka did not answer
+            within ``timeout_s``.
+    """
+    live = [s for s in splits if s.start < s.end]
+    if not live:
+        return
+    tps = sorted({s.tp for s in live})
+    timeout_ms = _request_timeout_ms(timeout_s)
+    with KafkaOffsets(bootstrap_servers, "microcheckpoint-source", timeout_ms) as kafka:
+        log_starts = kafka.beginning_offsets(tps)
+        high_watermarks = kafka.end_offsets(tps)
+    for split in live:
+        if split.start < log_starts[split.tp]:
+            raise _below_log_start(split, split.start, log_starts[split.tp])
+        if split.end > high_watermarks[split.tp]:
+            raise KafkaSourceError(
+                f"split {split}: end offset {split.end} is above the high watermark "
+                f"{high_watermarks[split.tp]} of {split.tp} (topic {split.tp.topic!r}, "
+                f"partition {split.tp.partition}); a barrier only points at existing records, "
+                "so the topic was re-created or truncated: restore from a savepoint or reset "
+                "the pipeline's offsets"
+            )
+
+
+def _request_timeout_ms(timeout_s: float) -> int:
+    return int(min(max(timeout_s, 1.0), 300.0) * 1000)
 
 
 def _below_log_start(split: Split, offset: int, log_start: int) -> KafkaSourceError:

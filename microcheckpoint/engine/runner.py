@@ -104,7 +104,7 @@ def _markers(spark: Any, parallelism: int) -> Any:
 def _kafka_frame(
     spark: Any, source: KafkaSource, plan: EpochPlan, bootstrap: str, faults: Faults
 ) -> Any | None:
-    from microcheckpoint.adapters.kafka_reader import split_ranges
+    from microcheckpoint.adapters.kafka_reader import check_splits, split_ranges
     from microcheckpoint.protocol.barrier import Barrier
 
     _, ddl = kafka_schema(source.value_format, source.schema)
@@ -112,6 +112,8 @@ def _kafka_frame(
     splits = split_ranges(kafka, source.max_records_per_split)
     if not splits:
         return spark.createDataFrame([], ddl)
+    # Every range against its partition (retention, a re-created topic), once for the epoch.
+    check_splits(bootstrap, splits)
     reader = KafkaSplitReader(bootstrap, tuple(splits), source.value_format, source.schema, faults)
     return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
 

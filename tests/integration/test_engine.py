@@ -23,9 +23,10 @@ from microcheckpoint.adapters.s3 import S3Store
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine import KafkaSource, KeyedOperator, Pipeline, running_sum
 from microcheckpoint.engine.cycle import run_cycle
-from microcheckpoint.engine.runner import EpochResult
-from microcheckpoint.errors import CheckpointNotFound, ConfigError
+from microcheckpoint.engine.runner import EpochResult, expected_tasks, run_epoch
+from microcheckpoint.errors import CheckpointNotFound, ConfigError, KafkaSourceError
 from microcheckpoint.ids import CheckpointId, TopicPartition
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.savepoints import (
     ClaimMode,
@@ -690,3 +691,23 @@ def test_keyed_state_is_readable_as_a_dataframe(spark, kafka_bootstrap, tmp_path
     )
     rows = state_dataframe(spark, store, name, "word-counts").collect()
     assert [(r.key, r.state) for r in rows] == [("a", "1"), ("b", "2"), ("c", "2")]
+
+
+def test_a_range_above_the_high_watermark_is_refused_before_the_executors_read(
+    spark, kafka_bootstrap, tmp_path
+):
+    # A barrier whose end is past the partition's records (the topic was re-created): the
+    # driver checks every split once and refuses the epoch; nothing acks, the state stays.
+    topic = _topic(kafka_bootstrap, 2)
+    _produce(kafka_bootstrap, topic, _seq_records(["a", "b"], 2, 1, 5))
+    name = _name("hw")
+    pipeline = _seq_pipeline(name, topic)
+    store = FileStore((tmp_path / "chk").as_uri())
+    coordinator = CheckpointCoordinator(store, _config(store, name))
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    pending = coordinator.trigger(expected_tasks(pipeline, 2), {p0: 5, p1: 8})
+    plan = coordinator.plan(pending.checkpoint_id)
+    with pytest.raises(KafkaSourceError) as info:
+        run_epoch(spark, pipeline, plan, store, bootstrap=kafka_bootstrap)
+    assert f"split {topic}:1[0, 8): end offset 8 is above the high watermark 5" in str(info.value)
+    assert not [k for k in store.list(f"{name}/") if "/acks/" in k or "/state/" in k]

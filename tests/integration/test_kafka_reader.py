@@ -19,7 +19,7 @@ from kafka import KafkaProducer
 from harness import services
 from microcheckpoint.adapters.decoding import SourceRecord, decode_record, decode_value
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-from microcheckpoint.adapters.kafka_reader import Split, read_split, split_ranges
+from microcheckpoint.adapters.kafka_reader import Split, check_splits, read_split, split_ranges
 from microcheckpoint.errors import ConfigError, KafkaSourceError
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.barrier import Barrier, OffsetRange
@@ -230,6 +230,27 @@ def test_end_above_high_watermark_raises(kafka: KafkaOffsets, kafka_bootstrap: s
     missing = TopicPartition(f"missing-{uuid.uuid4().hex[:8]}", 0)
     with pytest.raises(KafkaSourceError, match=missing.topic):
         read_split(kafka_bootstrap, Split(missing, 0, 1))
+
+
+def test_check_splits_checks_every_partition_of_an_epoch_at_once(
+    kafka: KafkaOffsets, kafka_bootstrap: str
+) -> None:
+    # What an epoch's driver runs once before its executors read with check=False.
+    topic = _topic(kafka, partitions=2)
+    _produce(kafka_bootstrap, topic, 0, _numbered(0, 10))
+    _produce(kafka_bootstrap, topic, 1, _numbered(0, 4))
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    good = [Split(p0, 0, 5), Split(p0, 5, 10), Split(p1, 0, 4), Split(p1, 9, 9)]
+    check_splits(kafka_bootstrap, good)  # the empty split is not looked at
+    check_splits(kafka_bootstrap, [])
+    with pytest.raises(KafkaSourceError) as info:
+        check_splits(kafka_bootstrap, [*good, Split(p1, 4, 6)])
+    assert f"split {topic}:1[4, 6)" in str(info.value)
+    assert "end offset 6 is above the high watermark 4" in str(info.value)
+    # Unchecked, the reader trusts its caller and reads what is there.
+    assert [r.offset for r in read_split(kafka_bootstrap, good[1], check=False)] == list(
+        range(5, 10)
+    )
 
 
 def test_no_progress_raises_after_timeout_naming_the_position(
