@@ -5,7 +5,7 @@ one partition. The keyed operator ``seq-check`` keeps per key ``{"last", "count"
 where ``bad`` counts the steps whose ``next - previous != 1`` (Flink's sequence checker): after
 any crashes, an exactly-once run ends with ``last == count == M`` and ``bad == 0``.
 
-The topic comes from ``CRASH_TOPIC`` (read at import, so the driver and the executors agree),
+The topic comes from ``CRASH_TOPIC`` (read at import by the driver, which plans the ranges),
 so each test can use a topic of its own.
 """
 

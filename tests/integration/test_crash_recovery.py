@@ -15,8 +15,11 @@ session's real broker and a file checkpoint store of its own:
    checkpoints chain without gaps or overlaps, and the group offsets equal the latest
    ``_metadata`` offsets.
 
-Every subprocess runs in a session of its own; whatever is left of it (the Spark JVM, Python
-workers) must exit by itself after a crash, and is killed by process group in any case.
+Each crash point is told as a client of the session's warm Spark Connect server
+(the job is the driver; ``reading`` kills the server's Python worker too), and, for
+``reading``, with local Spark in the job. Every subprocess runs in a session of its own;
+whatever is left of it (the Spark JVM, Python workers) must exit by itself after a crash,
+and is killed by process group in any case.
 """
 
 from __future__ import annotations
@@ -52,7 +55,6 @@ from microcheckpoint.storage import open_store
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 PIPELINE = "crashy"
 OPERATOR = "seq-check"
 GROUP = f"microcheckpoint-{PIPELINE}"
@@ -160,13 +162,19 @@ def _describe(procs: list[psutil.Process]) -> list[str]:
 
 
 def run_epoch_job(
-    tmp: Path, bootstrap: str, topic: str, storage: str, crash_at: str | None = None
+    tmp: Path,
+    bootstrap: str,
+    topic: str,
+    storage: str,
+    crash_at: str | None = None,
+    remote: str | None = None,
 ) -> Run:
-    """One ``run_epoch.py`` cycle; waits (bounded) for its whole session to exit, then kills
-    whatever is left. ``leftovers`` names what was still alive at the deadline."""
+    """One ``run_epoch.py`` cycle (local Spark, or a client of the Connect server ``remote``);
+    waits (bounded) for its whole session to exit, then kills whatever is left.
+    ``leftovers`` names what was still alive at the deadline."""
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+        "PYTHONPATH": str(ROOT),  # the Connect server's workers import the pipeline by package
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "CRASH_TOPIC": topic,
@@ -178,7 +186,7 @@ def run_epoch_job(
         sys.executable,
         "spark_jobs/run_epoch.py",
         "--pipeline",
-        "crash_pipeline:pipeline",
+        "tests.integration.crash_pipeline:pipeline",
         "--storage",
         storage,
         "--bootstrap",
@@ -188,6 +196,8 @@ def run_epoch_job(
         "--config",
         json.dumps(CONFIG),
     ]
+    if remote is not None:
+        cmd += ["--remote", remote]
     name = f"run-{uuid.uuid4().hex[:6]}"
     with open(tmp / f"{name}.out", "w+") as out, open(tmp / f"{name}.err", "w+") as err:
         proc = subprocess.Popen(
@@ -261,12 +271,22 @@ def assert_state_is_fold(store, produced, view: PipelineView, topic: str) -> Non
 
 
 CRASH_POINTS = ["reading", "after_snapshot", "after_acks", "after_metadata"]
+# Every point is killed in a client of the warm Connect server (no JVM start per run); one
+# story runs local Spark in the job itself, so the kill also takes down its own JVM and
+# Python workers, which must not outlive it.
+STORIES = [(point, "connect") for point in CRASH_POINTS] + [("reading", "local")]
 
 
-@pytest.mark.parametrize("crash_at", CRASH_POINTS)
+@pytest.mark.parametrize(("crash_at", "spark_mode"), STORIES)
 def test_a_killed_epoch_recovers_exactly_once(
-    crash_at: str, kafka_bootstrap: str, kafka: KafkaOffsets, tmp_path: Path
+    crash_at: str,
+    spark_mode: str,
+    kafka_bootstrap: str,
+    kafka: KafkaOffsets,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
+    remote = request.getfixturevalue("spark_connect_url") if spark_mode == "connect" else None
     topic = f"crash-{crash_at.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, PARTITIONS)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
@@ -283,7 +303,7 @@ def test_a_killed_epoch_recovers_exactly_once(
     assert ends == {tp: len(KEYS) * M // PARTITIONS for tp in tps}
 
     # Chapter 1: a clean epoch reads the first PER_EPOCH records of each partition.
-    first = run_epoch_job(logs, kafka_bootstrap, topic, storage)
+    first = run_epoch_job(logs, kafka_bootstrap, topic, storage, remote=remote)
     assert first.returncode == 0, first.tail()
     assert not first.leftovers, first.leftovers
     view = history.observe()
@@ -295,7 +315,7 @@ def test_a_killed_epoch_recovers_exactly_once(
     assert_state_is_fold(store, produced, view, topic)
 
     # Chapter 2: the next epoch is killed at the crash point.
-    crash = run_epoch_job(logs, kafka_bootstrap, topic, storage, crash_at=crash_at)
+    crash = run_epoch_job(logs, kafka_bootstrap, topic, storage, crash_at, remote)
     assert killed_by_sigkill(crash), crash.tail()
     assert not crash.leftovers, f"processes of the killed run still alive: {crash.leftovers}"
     assert '"checkpoint"' not in crash.out  # it never got to print its result
@@ -333,7 +353,7 @@ def test_a_killed_epoch_recovers_exactly_once(
     # Chapter 3: runs without the crash until every record is in a notified checkpoint.
     recoveries = []
     for _ in range(MAX_RECOVERY_RUNS):
-        run = run_epoch_job(logs, kafka_bootstrap, topic, storage)
+        run = run_epoch_job(logs, kafka_bootstrap, topic, storage, remote=remote)
         recoveries.append(run)
         assert run.returncode == 0, run.tail()
         assert not run.leftovers, run.leftovers
