@@ -234,27 +234,38 @@ def _kind(proc: Any, driver: int) -> str:
 
 
 class PeakMemory:
-    """Samples the resident memory of this process and its descendants every 50 ms."""
+    """Samples the memory of this process and its descendants every 50 ms: resident (RSS)
+    and proportional (PSS, Linux: a page shared by k processes counts 1/k in each).
+
+    Summed over processes, RSS counts shared pages once per process: the Python workers
+    forked by ``pyspark.daemon`` share the pages of pyarrow's libraries. PSS sums to what
+    the machine spends; both are reported.
+    """
 
     def __init__(self) -> None:
         import psutil
 
         self.me = psutil.Process()
-        self.peak = {"driver": 0, "jvm": 0, "workers": 0, "total": 0}
+        kinds = ("driver", "jvm", "workers", "total")
+        self.peak = {"rss": dict.fromkeys(kinds, 0), "pss": dict.fromkeys(kinds, 0)}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            now = {"driver": 0, "jvm": 0, "workers": 0}
+            now = {m: {"driver": 0, "jvm": 0, "workers": 0} for m in self.peak}
             for proc in [self.me, *self.me.children(recursive=True)]:
                 try:
-                    now[_kind(proc, self.me.pid)] += proc.memory_info().rss
+                    info = proc.memory_full_info()
+                    kind = _kind(proc, self.me.pid)
                 except Exception:
                     continue  # the process ended while sampled
-            now["total"] = sum(now.values())
-            for key, value in now.items():
-                self.peak[key] = max(self.peak[key], value)
+                now["rss"][kind] += info.rss
+                now["pss"][kind] += getattr(info, "pss", info.rss)
+            for measure, sample in now.items():
+                sample["total"] = sum(sample.values())
+                for key, value in sample.items():
+                    self.peak[measure][key] = max(self.peak[measure][key], value)
 
     def __enter__(self) -> PeakMemory:
         self._thread.start()
@@ -264,11 +275,11 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
 
-    def megabytes(self) -> dict[str, int]:
-        return {k: round(v / 2**20) for k, v in self.peak.items()}
+    def megabytes(self) -> dict[str, dict[str, int]]:
+        return {m: {k: round(v / 2**20) for k, v in p.items()} for m, p in self.peak.items()}
 
 
-def memory_of(system: str, epochs: int) -> dict[str, int]:
+def memory_of(system: str, epochs: int) -> dict[str, dict[str, int]]:
     """Peak memory of one system alone in this process: the ``1m`` workload."""
     records, key_space, _ = WORKLOADS["1m"]
     root = Path(tempfile.mkdtemp(prefix="bench-memory-"))
@@ -291,7 +302,7 @@ def memory_of(system: str, epochs: int) -> dict[str, int]:
 
 def memory(rounds: int, epochs: int) -> dict[str, Any]:
     """Each system in a fresh process, alternating; the median of each peak."""
-    peaks: dict[str, list[dict[str, int]]] = {"spark_ss": [], "ours": []}
+    peaks: dict[str, list[dict[str, dict[str, int]]]] = {"spark_ss": [], "ours": []}
     for round_no in range(rounds):
         order = ["spark_ss", "ours"] if round_no % 2 == 0 else ["ours", "spark_ss"]
         for system in order:
@@ -304,8 +315,13 @@ def memory(rounds: int, epochs: int) -> dict[str, Any]:
             )
             peaks[system].append(json.loads(out.stdout.strip().splitlines()[-1]))
     return {
-        system: {k: round(statistics.median(p[k] for p in runs)) for k in runs[0]}
-        for system, runs in peaks.items()
+        measure: {
+            system: {
+                k: round(statistics.median(p[measure][k] for p in runs)) for k in runs[0][measure]
+            }
+            for system, runs in peaks.items()
+        }
+        for measure in ("rss", "pss")
     }
 
 
@@ -318,7 +334,8 @@ def run(rounds: int, memory_rounds: int, only: list[str]) -> dict[str, Any]:
     finally:
         spark.stop()
     if memory_rounds:
-        results["peak_rss_mb"] = memory(memory_rounds, epochs=2)
+        peaks = memory(memory_rounds, epochs=2)
+        results["peak_rss_mb"], results["peak_pss_mb"] = peaks["rss"], peaks["pss"]
     return results
 
 
