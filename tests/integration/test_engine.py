@@ -705,7 +705,8 @@ def test_a_range_above_the_high_watermark_is_refused_before_the_executors_read(
     store = FileStore((tmp_path / "chk").as_uri())
     coordinator = CheckpointCoordinator(store, _config(store, name))
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    pending = coordinator.trigger(expected_tasks(pipeline, 2), {p0: 5, p1: 8})
+    ends, earliest = {p0: 5, p1: 8}, lambda tps: dict.fromkeys(tps, 0)
+    pending = coordinator.trigger(expected_tasks(pipeline, 2), ends, earliest)
     plan = coordinator.plan(pending.checkpoint_id)
     with pytest.raises(KafkaSourceError) as info:
         run_epoch(spark, pipeline, plan, store, bootstrap=kafka_bootstrap)
