@@ -4,8 +4,9 @@
         --storage s3://bucket/checkpoints --checkpoint 7 --bootstrap kafka:9092
 
 Without ``--checkpoint`` it runs a whole local cycle (recover, trigger, process, complete,
-notify), which is what ``make demo`` and the crash tests use. Thin: it parses arguments,
-builds the adapters and calls ``microcheckpoint.engine.runner``.
+notify), which is what ``make demo`` and the crash tests use; ``--cycles N`` runs N of them
+in one Spark session. It prints one JSON line per epoch. Thin: it parses arguments, builds
+the adapters and calls ``microcheckpoint.engine.runner``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--storage", required=True, help="checkpoint storage root URL")
     parser.add_argument("--checkpoint", type=int, help="run this triggered epoch only")
+    parser.add_argument(
+        "--cycles", type=int, default=1, help="whole cycles to run in one session (default 1)"
+    )
     parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--config", default="{}", help="JSON of extra checkpoint settings")
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         help="sc://host:port of a Spark Connect server: run as its client, with no JVM here",
     )
     args = parser.parse_args(argv)
+    if args.cycles < 1 or (args.checkpoint is not None and args.cycles != 1):
+        parser.error(f"--cycles {args.cycles}: an integer >= 1, and 1 with --checkpoint")
 
     pipeline = load_pipeline(args.pipeline, json.loads(args.pipeline_kwargs))
     options = {"endpoint_url": args.s3_endpoint} if args.storage.startswith("s3://") else {}
@@ -68,34 +74,31 @@ def main(argv: list[str] | None = None) -> int:
     from microcheckpoint.engine.spark import connect_spark, local_spark
 
     spark = connect_spark(args.remote) if args.remote else local_spark(args.master)
+    master = f"connect {args.remote}" if args.remote else spark.sparkContext.master
     try:
-        if args.checkpoint is None:
-            result = run_cycle(
-                spark,
-                pipeline,
-                config,
-                store,
-                bootstrap=args.bootstrap,
-                parallelism=args.parallelism,
-                store_options=options,
-            )
-        else:
-            plan = CheckpointCoordinator(store, config).plan(CheckpointId(args.checkpoint))
-            result = run_epoch(
-                spark, pipeline, plan, store, bootstrap=args.bootstrap, store_options=options
-            )
-        print(
-            json.dumps(
-                {
-                    "checkpoint": result.checkpoint_id.value,
-                    "attempt": result.attempt,
-                    "records": result.records,
-                    "master": f"connect {args.remote}"
-                    if args.remote
-                    else spark.sparkContext.master,
-                }
-            )
-        )
+        for _ in range(args.cycles):
+            if args.checkpoint is None:
+                result = run_cycle(
+                    spark,
+                    pipeline,
+                    config,
+                    store,
+                    bootstrap=args.bootstrap,
+                    parallelism=args.parallelism,
+                    store_options=options,
+                )
+            else:
+                plan = CheckpointCoordinator(store, config).plan(CheckpointId(args.checkpoint))
+                result = run_epoch(
+                    spark, pipeline, plan, store, bootstrap=args.bootstrap, store_options=options
+                )
+            report = {
+                "checkpoint": result.checkpoint_id.value,
+                "attempt": result.attempt,
+                "records": result.records,
+                "master": master,
+            }
+            print(json.dumps(report), flush=True)
     finally:
         spark.stop()
     return 0

@@ -33,13 +33,17 @@ def dag_test(
     env: dict[str, str],
     timeout: float = 600,
     output: list[str] | None = None,
+    spark_connect: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``runs`` (dag_id, conf, logical_date, touch) with dag.test(); their results.
 
     The API connection points at a closed port: there is no API server under dag.test().
     With ``output``, the process's stdout and stderr (the task logs) are appended to it.
+    ``spark_connect`` (``sc://host:port``) becomes connection ``spark_connect_default``.
     """
-    environment = airflow_environment(home, free_port(), bootstrap, s3, "unused", env)
+    environment = airflow_environment(
+        home, free_port(), bootstrap, s3, "unused", env, spark_connect=spark_connect
+    )
     request = {"dag_file": str(PROJECT_ROOT / "dags" / dag_file), "runs": runs}
     done = subprocess.run(
         [sys.executable, str(DRIVER), json.dumps(request)],

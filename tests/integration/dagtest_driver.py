@@ -3,7 +3,8 @@
 Usage: python dagtest_driver.py '{"dag_file": ..., "runs": [{"dag_id": ..., "conf": {...},
 "logical_date": "2026-01-01T00:00:00+00:00", "touch": {"path": "text"}}]}'. Runs the runs in
 order (``touch`` writes files first, e.g. a fault-injection flag). Prints one line
-``RESULT <json>`` with, per run, the run state, every task's state and the XCom values.
+``RESULT <json>`` with, per run, the run state, its seconds, every task's state and the XCom
+values.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from datetime import datetime
 
 
@@ -37,7 +39,9 @@ def main() -> None:
         kwargs = {}
         if run.get("logical_date"):
             kwargs["logical_date"] = datetime.fromisoformat(run["logical_date"])
+        started = time.monotonic()
         dag_run = dag.test(run_conf=run.get("conf") or {}, **kwargs)
+        seconds = round(time.monotonic() - started, 1)
         with create_session() as session:
             tis = session.query(TaskInstance).filter_by(dag_id=dag.dag_id, run_id=dag_run.run_id)
             tasks = {ti.task_id: _text(ti.state) for ti in tis}
@@ -51,6 +55,7 @@ def main() -> None:
             {
                 "run_id": dag_run.run_id,
                 "state": _text(dag_run.state),
+                "seconds": seconds,
                 "tasks": tasks,
                 "xcom": {
                     k: v if not isinstance(v, bytes) else v.decode() for k, v in xcoms.items()

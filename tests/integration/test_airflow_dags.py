@@ -1,7 +1,8 @@
 """The pipeline, savepoint and restore DAGs run with ``dag.test()`` against Tansu and moto.
 
 Each scenario runs the project's own DAG files (``dags/``) in a separate process with
-Airflow's SQLite database, local Spark, and storage on the S3 server, then checks the
+Airflow's SQLite database and storage on the S3 server, its epochs in each of the three
+Spark modes (local Spark in the task, a Spark Connect client, spark-submit), then checks the
 stored checkpoints, the keyed state and the committed group offsets exactly.
 """
 
@@ -51,7 +52,7 @@ def _group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
 
 
 def test_epochs_then_stop_with_savepoint_then_restore_with_rescale(
-    airflow_home, kafka_bootstrap, s3_endpoint, s3_client, s3_bucket
+    airflow_home, kafka_bootstrap, s3_endpoint, s3_client, s3_bucket, spark_connect_url
 ):
     topic = f"lines-{uuid.uuid4().hex[:8]}"
     first = wordcount.lines_for(240, seed=11)  # 120 per partition
@@ -119,7 +120,8 @@ def test_epochs_then_stop_with_savepoint_then_restore_with_rescale(
     group = "microcheckpoint-wordcount"
     assert _group_offsets(kafka_bootstrap, group, topic) == {0: 120, 1: 120}
 
-    # More input; restore from the savepoint with parallelism 3 and run two epochs.
+    # More input; restore from the savepoint with parallelism 3 and run two epochs, now as
+    # clients of the warm Spark Connect server (connection spark_connect_default).
     second = wordcount.lines_for(100, seed=12)
     wordcount.produce(kafka_bootstrap, topic, second, create=False)
     runs = dag_test(
@@ -141,9 +143,11 @@ def test_epochs_then_stop_with_savepoint_then_restore_with_rescale(
             {"dag_id": "wordcount_pipeline"},
             {"dag_id": "wordcount_pipeline"},
         ],
-        env,
+        {**env, "MICROCHECKPOINT_SPARK_MODE": "connect"},
+        spark_connect=spark_connect_url,
     )
     assert [r["state"] for r in runs] == ["success", "success", "success"]
+    assert runs[1]["xcom"]["process_epoch"]["records"] == 100
     assert runs[0]["xcom"]["validate_point"]["checkpoint"] == 2
     assert runs[0]["xcom"]["validate_point"]["parallelism"] == 3
     assert runs[0]["tasks"]["resume_pipeline"] == "success"  # resume=False: nothing to call

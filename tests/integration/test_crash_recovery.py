@@ -15,9 +15,9 @@ session's real broker and a file checkpoint store of its own:
    checkpoints chain without gaps or overlaps, and the group offsets equal the latest
    ``_metadata`` offsets.
 
-Each crash point is told as a client of the session's warm Spark Connect server
-(the job is the driver; ``reading`` kills the server's Python worker too), and, for
-``reading``, with local Spark in the job. Every subprocess runs in a session of its own;
+Every job is a client of the session's warm Spark Connect server (the job is the driver;
+``reading`` kills the server's Python worker too); in one more story the killed job runs
+local Spark itself (``reading``, killed mid-task). Every subprocess runs in a session of its own;
 whatever is left of it (the Spark JVM, Python workers) must exit by itself after a crash,
 and is killed by process group in any case.
 """
@@ -271,22 +271,23 @@ def assert_state_is_fold(store, produced, view: PipelineView, topic: str) -> Non
 
 
 CRASH_POINTS = ["reading", "after_snapshot", "after_acks", "after_metadata"]
-# Every point is killed in a client of the warm Connect server (no JVM start per run); one
-# story runs local Spark in the job itself, so the kill also takes down its own JVM and
-# Python workers, which must not outlive it.
+# Every job is a client of the warm Connect server (no JVM start per run). In one more story
+# the killed job runs local Spark itself, so the kill also takes down its own JVM and Python
+# workers, which must not outlive it.
 STORIES = [(point, "connect") for point in CRASH_POINTS] + [("reading", "local")]
 
 
-@pytest.mark.parametrize(("crash_at", "spark_mode"), STORIES)
+@pytest.mark.parametrize(("crash_at", "killed_spark"), STORIES)
 def test_a_killed_epoch_recovers_exactly_once(
     crash_at: str,
-    spark_mode: str,
+    killed_spark: str,
     kafka_bootstrap: str,
     kafka: KafkaOffsets,
+    spark_connect_url: str,
     tmp_path: Path,
-    request: pytest.FixtureRequest,
 ) -> None:
-    remote = request.getfixturevalue("spark_connect_url") if spark_mode == "connect" else None
+    remote = spark_connect_url
+    killed_remote = remote if killed_spark == "connect" else None
     topic = f"crash-{crash_at.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, PARTITIONS)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
@@ -315,7 +316,7 @@ def test_a_killed_epoch_recovers_exactly_once(
     assert_state_is_fold(store, produced, view, topic)
 
     # Chapter 2: the next epoch is killed at the crash point.
-    crash = run_epoch_job(logs, kafka_bootstrap, topic, storage, crash_at, remote)
+    crash = run_epoch_job(logs, kafka_bootstrap, topic, storage, crash_at, killed_remote)
     assert killed_by_sigkill(crash), crash.tail()
     assert not crash.leftovers, f"processes of the killed run still alive: {crash.leftovers}"
     assert '"checkpoint"' not in crash.out  # it never got to print its result

@@ -104,19 +104,22 @@ def _env(topic, target, name, **extra):
         "SINK_TOPIC": topic,
         "SINK_TARGET": target,
         "SINK_NAME": name,
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'integration'}",
+        "PYTHONPATH": str(ROOT),  # the Connect server's workers import the pipeline by package
         "PYSPARK_PYTHON": sys.executable,
         **extra,
     }
 
 
-def _run_job(store, bootstrap, config_json, env):
-    """One cycle as its own spark_jobs/run_epoch.py process (killed by the crash point in env)."""
+def _run_job(store, bootstrap, config_json, env, remote):
+    """One cycle as its own spark_jobs/run_epoch.py process, a client of the Connect server
+    ``remote`` (killed by the crash point in env)."""
     argv = [
         sys.executable,
         str(ROOT / "spark_jobs" / "run_epoch.py"),
         "--pipeline",
-        "sink_pipeline:pipeline",
+        "tests.integration.sink_pipeline:pipeline",
+        "--remote",
+        remote,
         "--storage",
         store.url,
         "--bootstrap",
@@ -152,7 +155,7 @@ LINES = [f"w{i % 5} w{i % 3} x" for i in range(40)]
 
 
 def test_engine_output_equals_a_failure_free_run_after_kill_between_metadata_and_commit(
-    spark, kafka_bootstrap, tmp_path, monkeypatch
+    spark, spark_connect_url, kafka_bootstrap, tmp_path, monkeypatch
 ):
     sys.path.insert(0, str(ROOT / "tests" / "integration"))
     topic = f"sink-{uuid.uuid4().hex[:8]}"
@@ -172,6 +175,7 @@ def test_engine_output_equals_a_failure_free_run_after_kill_between_metadata_and
         kafka_bootstrap,
         '{"max_records_per_epoch": 10}',
         _env(topic, target, "crashed", **crash_env("after_metadata")),
+        spark_connect_url,
     )
     assert done.returncode == -signal.SIGKILL
     view = scan(store, Layout("crashed"))
@@ -190,7 +194,7 @@ def test_engine_output_equals_a_failure_free_run_after_kill_between_metadata_and
 
 
 def test_at_least_once_mode_loses_nothing_and_duplicates_only_replayed_epochs(
-    spark, kafka_bootstrap, tmp_path, monkeypatch
+    spark, spark_connect_url, kafka_bootstrap, tmp_path, monkeypatch
 ):
     sys.path.insert(0, str(ROOT / "tests" / "integration"))
     topic = f"alo-{uuid.uuid4().hex[:8]}"
@@ -202,6 +206,7 @@ def test_at_least_once_mode_loses_nothing_and_duplicates_only_replayed_epochs(
         kafka_bootstrap,
         '{"max_records_per_epoch": 10, "mode": "AT_LEAST_ONCE"}',
         _env(topic, target, "alo", **crash_env("after_acks")),
+        spark_connect_url,
     )
     assert done.returncode == -signal.SIGKILL
     written_before_crash = read_committed(target, "alo", "totals")

@@ -33,33 +33,34 @@ def test_spark_submit_on_local_cluster_counts_exactly(kafka_bootstrap, tmp_path)
     }
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     storage = f"file://{tmp_path}/store"
-    outputs = []
-    for _ in range(2):  # 90 lines over 2 partitions, 30 per partition per epoch
-        done = subprocess.run(
-            [
-                str(spark_submit),
-                "--master",
-                "local-cluster[2,1,1024]",
-                str(ROOT / "spark_jobs" / "run_epoch.py"),
-                "--pipeline",
-                "submit_pipeline:pipeline",
-                "--storage",
-                storage,
-                "--bootstrap",
-                kafka_bootstrap,
-                "--parallelism",
-                "3",
-                "--config",
-                json.dumps({"max_records_per_epoch": 30}),
-            ],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    # 90 lines over 2 partitions, 30 per partition per epoch: two cycles in one job.
+    done = subprocess.run(
+        [
+            str(spark_submit),
+            "--master",
+            "local-cluster[2,1,1024]",
+            str(ROOT / "spark_jobs" / "run_epoch.py"),
+            "--pipeline",
+            "submit_pipeline:pipeline",
+            "--storage",
+            storage,
+            "--bootstrap",
+            kafka_bootstrap,
+            "--parallelism",
+            "3",
+            "--config",
+            json.dumps({"max_records_per_epoch": 30}),
+            "--cycles",
+            "2",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [(o["checkpoint"], o["records"]) for o in outputs] == [(1, 60), (2, 30)]
     assert {o["master"] for o in outputs} == {"local-cluster[2,1,1024]"}
     state = read_keyed_state(FileStore(storage), "submitted", "word-counts")
