@@ -172,14 +172,15 @@ def test_epochs_then_stop_with_savepoint_then_restore_with_rescale(
 
 
 def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
-    airflow_home, kafka_bootstrap, s3_endpoint, s3_client, s3_bucket
+    airflow_home, kafka_bootstrap, s3_endpoint, s3_client, s3_bucket, spark_connect_url
 ):
     """Each run reads exactly the records of its hour; restoring checkpoint 1 and re-running
     hour 1 gives the state of hours 0-1 once (backfill from a savepoint, in dag.test form).
 
-    The epochs run in ``MICROCHECKPOINT_SPARK_MODE=submit``: the provider's
+    The first two epochs run in ``MICROCHECKPOINT_SPARK_MODE=submit``: the provider's
     SparkSubmitOperator runs spark_jobs/run_epoch.py against the master of connection
-    spark_default (``local[2]`` here)."""
+    spark_default (``local[2]`` here), and sensors await its acks. The rest run as clients of
+    the Spark Connect server (a JVM start less per epoch)."""
     topic = f"hourly-{uuid.uuid4().hex[:8]}"
     t0 = datetime(2026, 3, 1, tzinfo=UTC)
     per_hour = [40, 30, 50]
@@ -194,22 +195,34 @@ def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
     }
     logs: list[str] = []
     hour = lambda h: (t0 + timedelta(hours=h)).isoformat()  # noqa: E731
-    runs = dag_test(
+    # dag.test() gives a run at L the interval that ended at L: [L - 1h, L).
+    submitted = dag_test(
         airflow_home,
         kafka_bootstrap,
         s3_endpoint,
         "wordcount_hourly.py",
         [
-            # dag.test() gives a run at L the interval that ended at L: [L - 1h, L).
             {"dag_id": "wordcount_hourly_pipeline", "logical_date": hour(1)},
-            {"dag_id": "wordcount_hourly_pipeline", "logical_date": hour(2)},
-            {"dag_id": "wordcount_hourly_pipeline", "logical_date": hour(3)},
-            {"dag_id": "wordcount_hourly_restore", "conf": {"point": "1", "resume": False}},
             {"dag_id": "wordcount_hourly_pipeline", "logical_date": hour(2)},
         ],
         env,
         output=logs,
     )
+    assert [r["tasks"]["await_acks"] for r in submitted] == ["success"] * 2
+    connected = dag_test(
+        airflow_home,
+        kafka_bootstrap,
+        s3_endpoint,
+        "wordcount_hourly.py",
+        [
+            {"dag_id": "wordcount_hourly_pipeline", "logical_date": hour(3)},
+            {"dag_id": "wordcount_hourly_restore", "conf": {"point": "1", "resume": False}},
+            {"dag_id": "wordcount_hourly_pipeline", "logical_date": hour(2)},
+        ],
+        {**env, "MICROCHECKPOINT_SPARK_MODE": "connect"},
+        spark_connect=spark_connect_url,
+    )
+    runs = submitted + connected
     assert [r["state"] for r in runs] == ["success"] * 5
     store = _store(s3_client, s3_bucket)
     rows = {r["id"]: r for r in checkpoint_history(store, "wordcount_hourly")["checkpoints"]}
@@ -222,10 +235,11 @@ def test_data_interval_epochs_and_replay_from_an_older_checkpoint(
         hour(1),
     ]
     assert [rows[i]["records"] for i in (1, 2, 3, 4)] == [40, 30, 50, 30]
-    # Every epoch went through spark-submit; run_epoch.py reports it and the hook logs it.
-    for cid, records in ((1, 40), (2, 30), (3, 50), (4, 30)):
+    # The first two epochs went through spark-submit; run_epoch.py reports it, the hook logs it.
+    for cid, records in ((1, 40), (2, 30)):
         line = f'{{"checkpoint": {cid}, "attempt": 2, "records": {records}, "master": "local[2]"}}'
         assert line in logs[0]
+    assert [r["xcom"]["process_epoch"]["records"] for r in (connected[0], connected[2])] == [50, 30]
     # Checkpoint 4 continued from checkpoint 1's offsets: hour 1 once, not twice.
     assert rows[4]["ranges"] == rows[2]["ranges"]
     expected = Counter()
