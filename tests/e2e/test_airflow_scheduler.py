@@ -40,8 +40,8 @@ from microcheckpoint.state.reader import read_keyed_state
 
 pytestmark = pytest.mark.e2e
 
-MIN_PAUSE_S = 8
-INTERVAL_S = 15
+MIN_PAUSE_S = 5
+INTERVAL_S = 10
 TIMEOUT_S = 60  # generous: a cold first epoch beside the backfill took over 35 s once
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 PER_HOUR = [40, 30, 50]

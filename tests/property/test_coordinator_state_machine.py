@@ -406,7 +406,7 @@ class CheckpointProtocol(RuleBasedStateMachine):
 
 
 CheckpointProtocol.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=100,
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
