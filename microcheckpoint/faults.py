@@ -1,6 +1,6 @@
 """Named fault points: where tests kill or slow a running epoch, and nothing else.
 
-Product code marks the points (``faults.point("after_snapshot")``, ``faults.reading(...)``,
+Product code marks the points (``faults.point("after_snapshot")``, ``faults.reading_batches(...)``,
 ``faults.slow(...)``); whether a point fires is decided here, from two environment
 variables a test sets for the job it starts (``harness.faults`` builds them):
 
@@ -24,14 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["CRASH_ENV", "POINTS", "READING_AFTER", "SLOW_ENV", "Faults", "slow_point"]
+__all__ = ["CRASH_ENV", "POINTS", "SLOW_ENV", "Faults", "slow_point"]
 
 CRASH_ENV = "MICROCHECKPOINT_CRASH_AT"
 SLOW_ENV = "MICROCHECKPOINT_SLOW_ONCE"
 # Where a job can be killed, in the order an epoch reaches them.
 POINTS = ("reading", "after_snapshot", "after_acks", "after_metadata")
-# The ``reading`` point fires once a split has yielded this many records.
-READING_AFTER = 5
 
 T = TypeVar("T")
 
@@ -56,18 +54,6 @@ class Faults:
         if self.driver_pid and self.driver_pid != os.getpid():
             os.kill(self.driver_pid, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
-
-    def reading(self, records: Iterable[T]) -> Iterable[T]:
-        """``records``, with the ``reading`` point after the first ``READING_AFTER`` of them."""
-        if self.crash_at != "reading":
-            return records
-        return self._crash_while_reading(records)
-
-    def _crash_while_reading(self, records: Iterable[T]) -> Iterator[T]:
-        for i, record in enumerate(records):
-            if i == READING_AFTER:
-                self.point("reading")
-            yield record
 
     def reading_batches(self, batches: Iterable[T]) -> Iterable[T]:
         """``batches``, with the ``reading`` point once the first of them has been consumed."""

@@ -97,28 +97,34 @@ class KafkaSplitReader:
                 yield from self.read(self.splits[index])
 
     def read(self, split: Any) -> Iterator[pa.RecordBatch]:
-        from microcheckpoint.adapters.kafka_reader import read_split
+        from microcheckpoint.adapters.kafka_reader import read_split_batches
 
         arrow, _ = kafka_schema(self.value_format, self.schema)
-        records = []
+        records: list[Any] = []
         # The driver checked every split against its partition (``check_splits``).
-        records_of = read_split(self.bootstrap, split, check=False)
-        for record in self.faults.reading(records_of):
-            records.append(record)
-            if len(records) == self.batch_rows:
-                yield self._batch(records, arrow)
-                records = []
+        fetched = read_split_batches(self.bootstrap, split, check=False)
+        for batch in self.faults.reading_batches(fetched):
+            records += batch
+            while len(records) >= self.batch_rows:
+                yield self._batch(split, records[: self.batch_rows], arrow)
+                records = records[self.batch_rows :]
         if records:
-            yield self._batch(records, arrow)
+            yield self._batch(split, records, arrow)
 
-    def _batch(self, records: list[Any], arrow: pa.Schema) -> pa.RecordBatch:
+    def _batch(self, split: Any, records: list[Any], arrow: pa.Schema) -> pa.RecordBatch:
+        """Arrow columns straight from kafka-python's records of ``split``, one pass per
+        column (the topic and partition are the split's)."""
+        headers = [r.headers for r in records]
+        n = len(records)
         columns: list[Any] = [
-            [r.topic for r in records],
-            [r.partition for r in records],
+            pa.repeat(pa.scalar(split.tp.topic, arrow.field("topic").type), n),
+            pa.repeat(pa.scalar(split.tp.partition, arrow.field("partition").type), n),
             [r.offset for r in records],
-            [r.timestamp_ms for r in records],
+            [r.timestamp for r in records],
             [r.key for r in records],
-            [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+            [[{"key": k, "value": v} for k, v in h] if h else [] for h in headers]
+            if any(headers)
+            else [[]] * n,
         ]
         if self.value_format == "json" and self.schema:
             decoded = [decode_record(r, "json", self.schema) for r in records]
@@ -128,7 +134,10 @@ class KafkaSplitReader:
         else:
             columns.append(self._text(records))
         return pa.RecordBatch.from_arrays(
-            [pa.array(values, type=f.type) for values, f in zip(columns, arrow, strict=True)],
+            [
+                values if isinstance(values, pa.Array) else pa.array(values, type=f.type)
+                for values, f in zip(columns, arrow, strict=True)
+            ],
             schema=arrow,
         )
 

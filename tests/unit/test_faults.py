@@ -49,12 +49,12 @@ def test_no_flag_no_sleep(tmp_path: Path, slept) -> None:
 
 def test_unarmed_points_do_nothing_and_records_pass_through_untouched() -> None:
     quiet = faults.Faults()
-    records = iter(range(10))
-    assert quiet.reading(records) is records
+    batches = iter([[0, 1], [2]])
+    assert quiet.reading_batches(batches) is batches
     quiet.point("after_snapshot")
     armed_elsewhere = faults.Faults("after_acks", 1)
     armed_elsewhere.point("after_snapshot")
-    assert list(armed_elsewhere.reading(range(7))) == list(range(7))
+    assert list(armed_elsewhere.reading_batches([[0, 1], [2]])) == [[0, 1], [2]]
 
 
 def test_the_environment_arms_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,7 +69,10 @@ def test_the_environment_arms_the_driver(monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.parametrize(
     ("point", "printed"),
-    [("reading", "0 1 2 3 4"), ("after_snapshot", "0 1 2 3 4 5 6 7 8 9 snapshot")],
+    [
+        ("reading", "[0, 1, 2, 3, 4]"),
+        ("after_snapshot", "[0, 1, 2, 3, 4] [5, 6, 7, 8, 9] snapshot"),
+    ],
 )
 def test_an_armed_point_kills_the_process_there(point: str, printed: str) -> None:
     script = textwrap.dedent(
@@ -77,8 +80,8 @@ def test_an_armed_point_kills_the_process_there(point: str, printed: str) -> Non
         import sys
         from microcheckpoint.faults import Faults
         f = Faults({point!r}, 0)
-        for r in f.reading(range(10)):
-            print(r, end=" ", flush=True)
+        for batch in f.reading_batches([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]):
+            print(batch, end=" ", flush=True)
         print("snapshot", end=" ", flush=True)
         f.point("after_snapshot")
         print("acked", flush=True)
