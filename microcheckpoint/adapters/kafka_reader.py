@@ -111,15 +111,11 @@ def read_split(
             ways out), ends above the high watermark, the partition does not exist, Kafka did
             not answer, or reading made no progress within ``timeout_s``.
     """
-    # Step 1
-    if split.start == split.end:
-        return iter(())
-    # Step 2
-    if check:
-        check_splits(bootstrap_servers, [split], timeout_s=timeout_s)
-    # Step 3
-    request_timeout_ms = _request_timeout_ms(timeout_s)
-    return _read(bootstrap_servers, split, timeout_s, fetch_max_bytes, request_timeout_ms, stop_at)
+    # Steps 1 and 2 (at call time); step 3 on iteration.
+    batches = read_split_batches(
+        bootstrap_servers, split, timeout_s=timeout_s, fetch_max_bytes=fetch_max_bytes, check=check
+    )
+    return _records(batches, stop_at)
 
 
 def check_splits(bootstrap_servers: str, splits: Iterable[Split], *, timeout_s: float = 60) -> None:
@@ -192,15 +188,9 @@ def read_split_batches(
     return _batches(bootstrap_servers, split, timeout_s, fetch_max_bytes, request_timeout_ms)
 
 
-def _read(
-    bootstrap_servers: str,
-    split: Split,
-    timeout_s: float,
-    fetch_max_bytes: int,
-    request_timeout_ms: int,
-    stop_at: Callable[[SourceRecord], bool] | None,
+def _records(
+    batches: Iterator[list[Any]], stop_at: Callable[[SourceRecord], bool] | None
 ) -> Iterator[SourceRecord]:
-    batches = _batches(bootstrap_servers, split, timeout_s, fetch_max_bytes, request_timeout_ms)
     try:
         for batch in batches:
             for raw in batch:
@@ -209,7 +199,9 @@ def _read(
                     return
                 yield record
     finally:
-        batches.close()  # closes the consumer now, also when stop_at ended the split
+        close = getattr(batches, "close", None)  # the consumer, also when stop_at ended it
+        if close is not None:
+            close()
 
 
 def _batches(

@@ -122,7 +122,7 @@ class KafkaSplitReader:
             [r.offset for r in records],
             [r.timestamp for r in records],
             [r.key for r in records],
-            [[{"key": k, "value": v} for k, v in h] if h else [] for h in headers]
+            [[{"key": k, "value": v} for k, v in h or ()] for h in headers]
             if any(headers)
             else [[]] * n,
         ]
