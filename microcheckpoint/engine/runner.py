@@ -28,9 +28,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from microcheckpoint.adapters.decoding import check_value_format
 from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.engine.api import FileSource, KafkaSource, KeyedOperator, Pipeline
+from microcheckpoint.engine.filescan import file_frame
 from microcheckpoint.engine.keyed import (
     AGGREGATE,
     OperatorContext,
@@ -40,12 +40,9 @@ from microcheckpoint.engine.keyed import (
 from microcheckpoint.engine.routing import KG, SUBTASK, route
 from microcheckpoint.engine.sinkstage import SinkContext, stage_table
 from microcheckpoint.engine.sources import (
-    FileReader,
     KafkaSplitReader,
-    fields_schema,
     kafka_schema,
 )
-from microcheckpoint.errors import ConfigError, KafkaSourceError
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import acknowledge
@@ -118,43 +115,8 @@ def _kafka_frame(
     return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
 
 
-def _file_frame(
-    spark: Any, source: FileSource, plan: EpochPlan, options: dict[str, Any], faults: Faults
-) -> Any:
-    """The barrier's files of ``source``, with ``source_file`` and ``source_row``, read in the
-    executors through the object-store port (one Spark task per file)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from microcheckpoint.adapters.file_offsets import data_files
-    from microcheckpoint.storage import open_store
-
-    names = [n for tp, ns in plan.files.items() if tp.topic in source.topics for n in ns]
-    store = open_store(source.url, **options)
-    arrow = _file_schema(store, source, names or data_files(store)[:1])
-    ddl = from_arrow_schema(arrow).simpleString()[len("struct<") : -1]
-    if not names:
-        return spark.createDataFrame([], f"{ddl}, source_file string, source_row bigint")
-    reader = FileReader(source.url, options, tuple(names), source.format, arrow, faults)
-    with_position = f"{ddl}, source_file string, source_row bigint"
-    return spark.range(0, len(names), 1, len(names)).mapInArrow(reader, with_position)
-
-
-def _file_schema(store: ObjectStore, source: FileSource, sample: list[str]) -> Any:
-    import io
-
-    import pyarrow.parquet as pq
-
-    if source.schema:
-        check_value_format("json", source.schema)
-        return fields_schema(source.schema)
-    if not sample:
-        raise ConfigError(
-            "schema", None, f"a schema for file source {source.uid!r}: its folder holds no file yet"
-        )
-    obj = store.get(sample[0])
-    if obj is None:
-        raise KafkaSourceError(f"file {store.child_url(sample[0])} of the barrier is gone")
-    return pq.read_schema(io.BytesIO(obj.data))
+def _file_names(source: FileSource, plan: EpochPlan) -> list[str]:
+    return [n for tp, ns in plan.files.items() if tp.topic in source.topics for n in ns]
 
 
 def _source(
@@ -164,8 +126,8 @@ def _source(
     if isinstance(source, KafkaSource):
         return _kafka_frame(spark, source, plan, bootstrap, faults)
     if isinstance(source, FileSource):
-        return _file_frame(spark, source, plan, options, faults)
-    files = _file_frame(spark, source.files, plan, options, faults)
+        return file_frame(spark, source, _file_names(source, plan), options, faults)
+    files = file_frame(spark, source.files, _file_names(source.files, plan), options, faults)
     kafka = _kafka_frame(spark, source.kafka, plan, bootstrap, faults)
     return files.unionByName(kafka, allowMissingColumns=True)
 

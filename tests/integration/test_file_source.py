@@ -217,3 +217,58 @@ def test_hybrid_reads_the_archive_then_kafka_from_its_end(spark, kafka_bootstrap
     assert records == [2, 60, 0]  # 2 files, then 60 Kafka records, then nothing new
     state = read_keyed_state(store, "hybrid", "seq")
     assert state == {k: {"last": 30, "count": 30, "bad": 0} for k in KEYS}
+
+
+# Names Spark's reader must map back to their keys: a space, '+', '%', '#', a non-ASCII
+# letter, a subfolder; and one with glob syntax, which goes through the object-store reader.
+ODD_NAMES = ["a b.parquet", "c+d.parquet", "e%20f.parquet", "g#ü.parquet", "sub/h i.parquet"]
+
+
+def _frame_rows(spark, folder: Path, names: list[str], python: bool = False) -> list[tuple]:
+    """The rows of ``names`` as the file source reads them; ``python``: whether the plan
+    must read through the object-store reader (a Python ``mapInArrow``) or must not."""
+    from microcheckpoint.engine.filescan import file_frame
+    from microcheckpoint.faults import Faults
+
+    source = FileSource("odd", folder.as_uri())
+    frame = file_frame(spark, source, names, {}, Faults())
+    plan = frame._jdf.queryExecution().analyzed().toString()
+    assert ("MapInArrow" in plan) == python, plan
+    return sorted((r.source_file, r.source_row, r.k, r.seq) for r in frame.collect())
+
+
+def test_spark_reads_local_parquet_with_each_rows_file_name_and_index(spark, tmp_path) -> None:
+    from microcheckpoint.engine.sources import FileReader
+
+    folder = tmp_path / "in dir+%"
+    expected = []
+    for i, name in enumerate([*ODD_NAMES, "j[1].parquet"]):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        table = pa.table(
+            {"k": [f"{name}-{r}" for r in range(3)], "seq": [i * 10 + r for r in range(3)]}
+        )
+        pq.write_table(table, folder / name)
+        expected += [(name, r, f"{name}-{r}", i * 10 + r) for r in range(3)]
+    names = [*ODD_NAMES, "j[1].parquet"]
+    assert _frame_rows(spark, folder, ODD_NAMES) == sorted(e for e in expected if e[0] in ODD_NAMES)
+    assert _frame_rows(spark, folder, names, python=True) == sorted(expected)  # for '['
+    # The object-store reader gives the same rows for the same files.
+    schema = pa.schema([("k", pa.string()), ("seq", pa.int64())])
+    reader = FileReader(folder.as_uri(), {}, tuple(ODD_NAMES), "parquet", schema)
+    rows = [
+        (r["source_file"], r["source_row"], r["k"], r["seq"])
+        for b in reader(iter([pa.record_batch({"id": list(range(len(ODD_NAMES)))})]))
+        for r in b.to_pylist()
+    ]
+    assert sorted(rows) == sorted(e for e in expected if e[0] in ODD_NAMES)
+
+
+def test_a_file_of_the_barrier_that_is_gone_is_named(spark, tmp_path) -> None:
+    from microcheckpoint.errors import KafkaSourceError
+
+    folder = tmp_path / "in"
+    _write(folder, 0, range(1, 3))
+    _write(folder, 1, range(3, 5))
+    (folder / "part-00001.parquet").unlink()
+    with pytest.raises(KafkaSourceError, match=r"part-00001\.parquet of the barrier is gone"):
+        _frame_rows(spark, folder, ["part-00000.parquet", "part-00001.parquet"])
