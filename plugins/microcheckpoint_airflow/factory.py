@@ -54,6 +54,9 @@ __all__ = [
 ]
 
 CID = "{{ ti.xcom_pull(task_ids='trigger_checkpoint') }}"
+# The id when the epoch task triggers the checkpoint itself.
+CID_IN_EPOCH = "{{ ti.xcom_pull(task_ids='process_epoch', key='checkpoint_id') }}"
+TRIGGER_RETRY: dict[str, Any] = {"retries": 3, "retry_delay": timedelta(seconds=5)}
 
 # Every spec passed to ``pipeline_dags`` in this process (the history page lists them).
 REGISTRY: dict[str, PipelineSpec] = {}
@@ -158,6 +161,13 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         # data_interval needs real contiguous intervals, as backfills create them.
         every = timedelta(seconds=config.interval)
         schedule = DeltaDataIntervalTimetable(every) if data_interval else every
+    base_wait = config.effective_max_concurrent > 1 and not data_interval
+    if isinstance(spark, SparkSubmit):
+        steps = f"trigger (barrier) → Spark epoch → await acks (timeout {timeout_s:g}s) → complete → notify"
+    elif base_wait:
+        steps = "trigger (barrier) → await base state → Spark epoch, complete and notify"
+    else:
+        steps = "trigger (barrier), Spark epoch, complete and notify in one task"
     dag = DAG(
         dag_id=spec.dag_id,
         schedule=schedule,
@@ -166,13 +176,7 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         description=f"checkpointed epochs of pipeline {spec.name}",
         doc_md=(
             f"Each run is one checkpoint of **{spec.name}**: min pause → max concurrent → "
-            "trigger (barrier) → Spark epoch → "
-            + (
-                f"await acks (timeout {timeout_s:g}s) → complete → notify"
-                if isinstance(spark, SparkSubmit)
-                else f"complete and notify in the epoch task (timeout {timeout_s:g}s)"
-            )
-            + " → retention. Pause this DAG to stop "
+            f"{steps} (timeout {timeout_s:g}s) → retention. Pause this DAG to stop "
             f"triggering; resume from a savepoint with `{spec.restore_dag_id}`."
         ),
         **common,
@@ -180,9 +184,7 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
     with dag:
         gate_pause = MinPauseSensor(task_id="wait_min_pause", spec=spec)
         gate_concurrency = ConcurrencySensor(task_id="wait_max_concurrent", spec=spec)
-        trigger = TriggerCheckpointOperator(
-            task_id="trigger_checkpoint", spec=spec, retries=3, retry_delay=timedelta(seconds=5)
-        )
+        gate_pause >> gate_concurrency
         epoch = {
             "task_id": "process_epoch",
             "spec": spec,
@@ -190,23 +192,34 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             "execution_timeout": timedelta(seconds=timeout_s),
         }
         retention = RetentionOperator(task_id="retention", spec=spec)
+        if not isinstance(spark, SparkSubmit) and not base_wait:
+            # One task places the barrier and runs the epoch: no task start between them.
+            epoch.update(checkpoint_id=None, trigger=True, **TRIGGER_RETRY)
+            cid = CID_IN_EPOCH
+            process, failing = _epoch_tasks(spec, spark, epoch, retention)
+            gate_concurrency >> process
+        else:
+            cid = CID
+            trigger = TriggerCheckpointOperator(
+                task_id="trigger_checkpoint", spec=spec, **TRIGGER_RETRY
+            )
+            gate_concurrency >> trigger
+            process, failing = _epoch_tasks(spec, spark, epoch, retention)
+            failing.insert(0, trigger)
+            if base_wait:
+                base = BaseStateSensor(
+                    task_id="await_base_state", spec=spec, checkpoint_id=CID, timeout=timeout_s
+                )
+                trigger >> base >> process
+                failing.append(base)
+            else:
+                trigger >> process
         abort = AbortCheckpointOperator(
             task_id="abort_on_failure",
             spec=spec,
-            checkpoint_id=CID,
+            checkpoint_id=cid,
             trigger_rule=TriggerRule.ONE_FAILED,
         )
-        process, failing = _epoch_tasks(spec, spark, epoch, retention)
-        failing.insert(0, trigger)
-        gate_pause >> gate_concurrency >> trigger
-        if config.effective_max_concurrent > 1 and not data_interval:
-            base = BaseStateSensor(
-                task_id="await_base_state", spec=spec, checkpoint_id=CID, timeout=timeout_s
-            )
-            trigger >> base >> process
-            failing.append(base)
-        else:
-            trigger >> process
         failing >> abort
     return dag
 

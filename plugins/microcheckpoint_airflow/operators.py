@@ -1,8 +1,8 @@
 """Operators: each ``execute`` opens the adapters through the hooks and calls the core.
 
-Pipeline DAG: ``TriggerCheckpointOperator`` → ``LocalEpochOperator`` or
-``ConnectEpochOperator`` (process, complete and notify in the task) or
-``EpochSparkSubmitOperator`` → ``AwaitAcksSensor`` → ``CompleteCheckpointOperator`` →
+Pipeline DAG: ``LocalEpochOperator`` or ``ConnectEpochOperator`` (trigger, process,
+complete and notify in one task), or ``TriggerCheckpointOperator`` → one of them, or
+``TriggerCheckpointOperator`` → ``EpochSparkSubmitOperator`` → ``AwaitAcksSensor`` → ``CompleteCheckpointOperator`` →
 ``NotifyCheckpointOperator``; then ``RetentionOperator``, with ``AbortCheckpointOperator``
 when a step fails. Savepoint and restore DAGs: ``SuspendPipelineOperator``,
 ``SavepointOperator``, ``ValidateRestoreOperator``, ``RestoreOperator`` and
@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 
 from microcheckpoint.config import BarrierPolicy
 from microcheckpoint.errors import (
@@ -60,6 +60,7 @@ __all__ = [
     "SuspendPipelineOperator",
     "TriggerCheckpointOperator",
     "ValidateRestoreOperator",
+    "trigger_checkpoint",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -108,40 +109,49 @@ class TriggerCheckpointOperator(PipelineOperator):
     """
 
     def execute(self, context: Any) -> int:
-        from microcheckpoint.engine.runner import expected_tasks
-        from microcheckpoint.engine.sinkstage import sink_publisher
-        from microcheckpoint.engine.sources import source_offsets
+        return trigger_checkpoint(self, context).value
 
-        coord = self.coordinator()
-        pipeline = self.spec.load_pipeline()
-        with KafkaHook(self.spec.kafka_conn_id).get_offsets() as kafka:
-            offsets = source_offsets(pipeline.source, kafka, self.store_options())
-            try:
-                start = start_epoch(
-                    coord,
-                    offsets,
-                    topics=self.spec.config.topics or pipeline.source.topics,
-                    expected=lambda p: expected_tasks(pipeline, p),
-                    default_parallelism=self.spec.parallelism,
-                    publish=sink_publisher(pipeline, coord.store, coord.config.mode),
-                    rerun_pending=False,
-                    interval=_data_interval(context, self.spec),
-                    labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
-                )
-            except TriggerRefused as exc:
-                if coord.trigger_decision().verdict is Verdict.SUSPENDED:
-                    raise AirflowSkipException(str(exc)) from exc
-                raise
-            except MicrocheckpointError as exc:
-                raise AirflowFailException(str(exc)) from exc
-        barrier = coord.barrier(start.checkpoint_id)
-        self.log.info(
-            "checkpoint %s: %d records, ranges %s",
-            start.checkpoint_id,
-            barrier.record_count,
-            {str(tp): [r.start, r.end] for tp, r in barrier.ranges.items()},
-        )
-        return start.checkpoint_id.value
+
+def trigger_checkpoint(task: PipelineOperator, context: Any) -> CheckpointId:
+    """Recover, then allocate the next checkpoint and write its barrier; returns its id.
+
+    Skips the task (``AirflowSkipException``) while the pipeline is suspended; a refusal of
+    the core fails it without retries.
+    """
+    from microcheckpoint.engine.runner import expected_tasks
+    from microcheckpoint.engine.sinkstage import sink_publisher
+    from microcheckpoint.engine.sources import source_offsets
+
+    coord = task.coordinator()
+    pipeline = task.spec.load_pipeline()
+    with KafkaHook(task.spec.kafka_conn_id).get_offsets() as kafka:
+        offsets = source_offsets(pipeline.source, kafka, task.store_options())
+        try:
+            start = start_epoch(
+                coord,
+                offsets,
+                topics=task.spec.config.topics or pipeline.source.topics,
+                expected=lambda p: expected_tasks(pipeline, p),
+                default_parallelism=task.spec.parallelism,
+                publish=sink_publisher(pipeline, coord.store, coord.config.mode),
+                rerun_pending=False,
+                interval=_data_interval(context, task.spec),
+                labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
+            )
+        except TriggerRefused as exc:
+            if coord.trigger_decision().verdict is Verdict.SUSPENDED:
+                raise AirflowSkipException(str(exc)) from exc
+            raise
+        except MicrocheckpointError as exc:
+            raise AirflowFailException(str(exc)) from exc
+    barrier = coord.barrier(start.checkpoint_id)
+    task.log.info(
+        "checkpoint %s: %d records, ranges %s",
+        start.checkpoint_id,
+        barrier.record_count,
+        {str(tp): [r.start, r.end] for tp, r in barrier.ranges.items()},
+    )
+    return start.checkpoint_id
 
 
 def _data_interval(context: Any, spec: PipelineSpec) -> tuple[Any, Any] | None:
@@ -160,11 +170,18 @@ class LocalEpochOperator(PipelineOperator):
     has to wait for them: this task takes the global ack (``_metadata``, or EXPIRED past the
     timeout) and notifies (sinks publish, group offsets move) right away. A notify that fails
     leaves the checkpoint completed; the next run's trigger notifies it first.
+
+    With ``trigger=True`` the task also triggers the checkpoint first (``checkpoint_id`` is
+    then unset): the barrier is placed when processing starts, not one task start earlier.
+    The id goes to XCom (key ``checkpoint_id``) at once, for ``abort_on_failure``. A failure
+    before the barrier is retried; once the checkpoint exists, a failure fails the task
+    without retries, so the checkpoint is aborted and the next run triggers anew.
     """
 
-    def __init__(self, *, master: str = "local[2]", **kwargs: Any) -> None:
+    def __init__(self, *, master: str = "local[2]", trigger: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.master = master
+        self.trigger = trigger
 
     def session(self) -> Any:
         from microcheckpoint.engine.spark import local_spark
@@ -172,11 +189,24 @@ class LocalEpochOperator(PipelineOperator):
         return local_spark(self.master, app=f"microcheckpoint-{self.spec.name}")
 
     def execute(self, context: Any) -> dict[str, Any]:
+        if not self.trigger:
+            return self.process(self.cid())  # type: ignore[arg-type]
+        cid = trigger_checkpoint(self, context)
+        context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
+        try:
+            return self.process(cid)
+        except (AirflowFailException, AirflowSkipException):
+            raise
+        except (Exception, AirflowTaskTimeout) as exc:  # the timeout is a BaseException
+            raise AirflowFailException(f"checkpoint {cid}: {exc!r}") from exc
+
+    def process(self, cid: CheckpointId) -> dict[str, Any]:
+        """Run epoch ``cid`` in Spark, then complete and notify it; the XCom of the task."""
         from microcheckpoint.engine.runner import run_epoch
 
         coord = self.coordinator()
         pipeline = self.spec.load_pipeline()
-        plan = coord.plan(self.cid())  # type: ignore[arg-type]
+        plan = coord.plan(cid)
         bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
         spark = self.session()
         try:

@@ -33,6 +33,7 @@ from microcheckpoint_airflow.operators import (
 REPO = Path(__file__).resolve().parents[3]
 START = datetime(2026, 1, 1)
 CID = "{{ ti.xcom_pull(task_ids='trigger_checkpoint') }}"
+CID_IN_EPOCH = "{{ ti.xcom_pull(task_ids='process_epoch', key='checkpoint_id') }}"
 
 
 def make_spec(storage: str = "file:///srv/checkpoints", **overrides) -> PipelineSpec:
@@ -124,19 +125,27 @@ def test_roots_and_dag_ids() -> None:
 
 # ---- the pipeline DAG ------------------------------------------------------------------------
 
-# Spark in the task (local, Connect): the epoch task completes and notifies itself.
+# Spark in the task (local, Connect): the epoch task triggers, completes and notifies itself.
 CHAIN = {
     "wait_min_pause": ([], ["wait_max_concurrent"]),
+    "wait_max_concurrent": (["wait_min_pause"], ["process_epoch"]),
+    "process_epoch": (["wait_max_concurrent"], ["abort_on_failure", "retention"]),
+    "retention": (["process_epoch"], []),
+    "abort_on_failure": (["process_epoch"], []),
+}
+
+# A separate trigger task: the barrier is placed, then the epoch runs (two task starts).
+TRIGGER_CHAIN = {
+    **CHAIN,
     "wait_max_concurrent": (["wait_min_pause"], ["trigger_checkpoint"]),
     "trigger_checkpoint": (["wait_max_concurrent"], ["abort_on_failure", "process_epoch"]),
     "process_epoch": (["trigger_checkpoint"], ["abort_on_failure", "retention"]),
-    "retention": (["process_epoch"], []),
     "abort_on_failure": (["process_epoch", "trigger_checkpoint"], []),
 }
 
 # spark-submit: the job runs elsewhere, so sensors and tasks wait for its acks and commit.
 SUBMIT_CHAIN = {
-    **CHAIN,
+    **TRIGGER_CHAIN,
     "process_epoch": (["trigger_checkpoint"], ["abort_on_failure", "await_acks"]),
     "await_acks": (["process_epoch"], ["abort_on_failure", "complete_checkpoint"]),
     "complete_checkpoint": (["await_acks"], ["abort_on_failure", "notify_checkpoint"]),
@@ -167,10 +176,10 @@ def test_pipeline_dag_chain_with_one_checkpoint_in_flight() -> None:
     rules = {t.task_id: t.trigger_rule for t in dag.tasks}
     assert rules.pop("abort_on_failure") == TriggerRule.ONE_FAILED
     assert set(rules.values()) == {TriggerRule.ALL_SUCCESS}
-    for task_id in ("process_epoch", "abort_on_failure"):
-        assert dag.get_task(task_id).checkpoint_id == CID
-    trigger = dag.get_task("trigger_checkpoint")
-    assert (trigger.retries, trigger.retry_delay) == (3, timedelta(seconds=5))
+    process = dag.get_task("process_epoch")
+    assert (process.trigger, process.checkpoint_id) == (True, None)
+    assert dag.get_task("abort_on_failure").checkpoint_id == CID_IN_EPOCH
+    assert (process.retries, process.retry_delay) == (3, timedelta(seconds=5))
 
 
 def test_spark_submit_epochs_await_acks_then_complete_and_notify() -> None:
@@ -186,7 +195,7 @@ def test_spark_submit_epochs_await_acks_then_complete_and_notify() -> None:
 def test_pipeline_dag_with_two_checkpoints_in_flight_awaits_the_base_state() -> None:
     spec = make_spec(checkpointing={"max_concurrent": 2, "min_pause": 0})
     dag = pipeline_dags(spec, start_date=START)["wc_pipeline"]
-    expected = dict(CHAIN)
+    expected = dict(TRIGGER_CHAIN)
     expected["trigger_checkpoint"] = (
         ["wait_max_concurrent"],
         ["abort_on_failure", "await_base_state"],
@@ -201,6 +210,10 @@ def test_pipeline_dag_with_two_checkpoints_in_flight_awaits_the_base_state() -> 
     assert dag.max_active_runs == 2
     base = dag.get_task("await_base_state")
     assert (base.kind, base.checkpoint_id, base.timeout) == ("base_state", CID, 120.0)
+    process = dag.get_task("process_epoch")
+    assert (process.trigger, process.checkpoint_id) == (False, CID)
+    trigger = dag.get_task("trigger_checkpoint")
+    assert (trigger.retries, trigger.retry_delay) == (3, timedelta(seconds=5))
 
 
 def test_a_min_pause_forces_one_checkpoint_in_flight() -> None:
