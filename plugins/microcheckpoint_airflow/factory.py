@@ -194,7 +194,10 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         retention = RetentionOperator(task_id="retention", spec=spec)
         if not isinstance(spark, SparkSubmit) and not base_wait:
             # One task places the barrier and runs the epoch: no task start between them.
+            # The barrier comes after the task's start, so the checkpoint's own timeout
+            # (checked when the job returns) must come first: the task gets 60 s more.
             epoch.update(checkpoint_id=None, trigger=True, **TRIGGER_RETRY)
+            epoch["execution_timeout"] = timedelta(seconds=timeout_s + 60)
             cid = CID_IN_EPOCH
             process, failing = _epoch_tasks(spec, spark, epoch, retention)
             gate_concurrency >> process
