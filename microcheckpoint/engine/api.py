@@ -69,7 +69,7 @@ class KafkaSource:
     topics: Sequence[str]
     value_format: str = "bytes"
     schema: dict[str, str] | None = None
-    max_records_per_split: int = 20_000
+    max_records_per_split: int = 100_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uid", _uid("source", self.uid))
