@@ -94,6 +94,10 @@ def _file_schema(store: ObjectStore, source: FileSource, sample: list[str]) -> A
         raise ConfigError(
             "schema", None, f"a schema for file source {source.uid!r}: its folder holds no file yet"
         )
+    from microcheckpoint.storage import FileStore
+
+    if isinstance(store, FileStore) and (store.root / sample[0]).is_file():
+        return pq.read_schema(store.root / sample[0])  # the footer only
     obj = store.get(sample[0])
     if obj is None:
         raise KafkaSourceError(f"file {store.child_url(sample[0])} of the barrier is gone")

@@ -82,11 +82,17 @@ def source_schema(source: KafkaSource) -> str:
     return kafka_schema(source.value_format, source.schema)[1]
 
 
+# Spark DDL -> Arrow schema: the same in every session, so each is parsed once per process.
+_ARROW_SCHEMAS: dict[str, Any] = {}
+
+
 def _arrow_schema(spark: Any, ddl: str) -> Any:
     """The Arrow schema of a Spark DDL string (parsed by Spark, in-process or over Connect)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark.createDataFrame([], ddl).schema)
+    if ddl not in _ARROW_SCHEMAS:
+        _ARROW_SCHEMAS[ddl] = to_arrow_schema(spark.createDataFrame([], ddl).schema)
+    return _ARROW_SCHEMAS[ddl]
 
 
 def _markers(spark: Any, parallelism: int) -> Any:
