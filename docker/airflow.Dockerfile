@@ -38,6 +38,9 @@ COPY --chown=airflow:0 spark_jobs /opt/microcheckpoint/spark_jobs
 COPY --chown=airflow:0 examples /opt/microcheckpoint/examples
 COPY --chown=airflow:0 dags /opt/microcheckpoint/dags
 COPY --chown=airflow:0 plugins /opt/microcheckpoint/plugins
+# Imported by every Airflow component at start: loads the epoch task's modules once in the
+# processes tasks fork from.
+COPY --chown=airflow:0 docker/airflow_local_settings.py /opt/airflow/config/airflow_local_settings.py
 RUN pip install --no-cache-dir --no-deps -e /opt/microcheckpoint
 
 # The Spark provider pulls in pyspark-client, whose files overwrite pyspark's own Python

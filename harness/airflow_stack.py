@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import sqlite3
 import sys
 import time
@@ -383,6 +384,9 @@ def start_airflow(
     Spark Connect server's ``sc://`` URL for connection ``spark_connect_default``.
     """
     home.mkdir(parents=True, exist_ok=True)
+    # Epoch tasks fork from the scheduler's executor: load their modules there, once.
+    (home / "config").mkdir(exist_ok=True)
+    shutil.copy(PROJECT_ROOT / "docker" / "airflow_local_settings.py", home / "config")
     postgres = None
     if database == "postgres":
         postgres = start_postgres(home / "postgres-log")
