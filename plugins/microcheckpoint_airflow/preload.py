@@ -9,7 +9,10 @@ are loaded once and shared. Call ``preload()`` from ``airflow_local_settings.py`
     from microcheckpoint_airflow.preload import preload
     preload()
 
-Nothing here connects, starts a thread or opens a file, so forking afterwards is safe.
+Nothing here connects or starts a Python thread. Importing pyarrow (the Connect client needs
+it) starts jemalloc's background thread, a native one; jemalloc's fork handlers make a fork
+after it safe, as for any ``multiprocessing`` pool forked after ``import pyarrow``. It is the
+same idea as Airflow's own ``[dag_processor] parsing_pre_import_modules``, for tasks.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from microcheckpoint_airflow.preload import MODULES, preload
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_every_preloaded_module_imports_and_none_starts_a_thread() -> None:
-    # In a fresh interpreter: a thread alive at fork time would be lost in the task process.
+def test_every_preloaded_module_imports_and_none_starts_a_python_thread() -> None:
+    # In a fresh interpreter: a Python thread alive at fork time would be lost in the task.
     code = textwrap.dedent(
         """
         import sys, threading
