@@ -196,8 +196,9 @@ def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
     wordcount.produce(world.bootstrap, world.topic, more, create=False)
     world.lines += more
     before = max(world.rows())
-    # The next wordcount epoch sleeps past the timeout (the hourly pipeline's pass by).
-    world.slow_flag.write_text(f"wordcount {TIMEOUT_S + 20}")
+    # The next wordcount epoch sleeps past the timeout (the hourly pipeline's pass by); the
+    # epoch task finds it EXPIRED when its job returns, within its own timeout (+60 s).
+    world.slow_flag.write_text(f"wordcount {TIMEOUT_S + 5}")
     # A manual run through the REST API, as the UI's Trigger button does.
     world.api.trigger("wordcount_pipeline", {})
     expired = wait_for(
