@@ -65,16 +65,15 @@ def _spark_parquet(spark: Any, store: Any, names: list[str], arrow: Any) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    paths = {}
-    for name in names:
-        path = store.root / name
+    paths = [store.root / name for name in names]
+    for name, path in zip(names, paths, strict=True):
         if not path.is_file():
-            raise KafkaSourceError(f"file {store.child_url(name)} of the barrier is gone")
-        paths[f"file:{path}"] = name
-    frame = spark.read.schema(from_arrow_schema(arrow)).parquet(*[p[5:] for p in paths])
+            raise _gone(store, name)
+    frame = spark.read.schema(from_arrow_schema(arrow)).parquet(*map(str, paths))
     # Spark's URI of the file, decoded ('+' is literal in a URI path, not a space).
     uri = F.url_decode(F.replace(F.col("_metadata.file_path"), F.lit("+"), F.lit("%2B")))
-    lookup = F.create_map(*[F.lit(x) for pair in paths.items() for x in pair])
+    pairs = zip([f"file:{p}" for p in paths], names, strict=True)
+    lookup = F.create_map(*[F.lit(x) for pair in pairs for x in pair])
     name = F.element_at(lookup, uri)
     outside = F.concat(F.lit("a row of a file outside the barrier: "), uri)
     return frame.select(
@@ -100,5 +99,9 @@ def _file_schema(store: ObjectStore, source: FileSource, sample: list[str]) -> A
         return pq.read_schema(store.root / sample[0])  # the footer only
     obj = store.get(sample[0])
     if obj is None:
-        raise KafkaSourceError(f"file {store.child_url(sample[0])} of the barrier is gone")
+        raise _gone(store, sample[0])
     return pq.read_schema(io.BytesIO(obj.data))
+
+
+def _gone(store: ObjectStore, name: str) -> KafkaSourceError:
+    return KafkaSourceError(f"file {store.child_url(name)} of the barrier is gone")

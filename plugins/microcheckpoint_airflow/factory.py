@@ -163,7 +163,7 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         schedule = DeltaDataIntervalTimetable(every) if data_interval else every
     base_wait = config.effective_max_concurrent > 1 and not data_interval
     if isinstance(spark, SparkSubmit):
-        steps = f"trigger (barrier) → Spark epoch → await acks (timeout {timeout_s:g}s) → complete → notify"
+        steps = "trigger (barrier) → Spark epoch → await acks → complete → notify"
     elif base_wait:
         steps = "trigger (barrier) → await base state → Spark epoch, complete and notify"
     else:
@@ -196,8 +196,12 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             # One task places the barrier and runs the epoch: no task start between them.
             # The barrier comes after the task's start, so the checkpoint's own timeout
             # (checked when the job returns) must come first: the task gets 60 s more.
-            epoch.update(checkpoint_id=None, trigger=True, **TRIGGER_RETRY)
-            epoch["execution_timeout"] = timedelta(seconds=timeout_s + 60)
+            epoch.update(
+                checkpoint_id=None,
+                trigger=True,
+                execution_timeout=timedelta(seconds=timeout_s + 60),
+                **TRIGGER_RETRY,
+            )
             cid = CID_IN_EPOCH
             process, failing = _epoch_tasks(spec, spark, epoch, retention)
             gate_concurrency >> process

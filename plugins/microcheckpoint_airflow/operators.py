@@ -2,8 +2,8 @@
 
 Pipeline DAG: ``LocalEpochOperator`` or ``ConnectEpochOperator`` (trigger, process,
 complete and notify in one task), or ``TriggerCheckpointOperator`` → one of them, or
-``TriggerCheckpointOperator`` → ``EpochSparkSubmitOperator`` → ``AwaitAcksSensor`` → ``CompleteCheckpointOperator`` →
-``NotifyCheckpointOperator``; then ``RetentionOperator``, with ``AbortCheckpointOperator``
+``TriggerCheckpointOperator`` → ``EpochSparkSubmitOperator`` → ``AwaitAcksSensor`` →
+``CompleteCheckpointOperator`` → ``NotifyCheckpointOperator``; then ``RetentionOperator``, with ``AbortCheckpointOperator``
 when a step fails. Savepoint and restore DAGs: ``SuspendPipelineOperator``,
 ``SavepointOperator``, ``ValidateRestoreOperator``, ``RestoreOperator`` and
 ``SetPausedOperator``.
@@ -109,11 +109,16 @@ class TriggerCheckpointOperator(PipelineOperator):
     """
 
     def execute(self, context: Any) -> int:
-        return trigger_checkpoint(self, context).value
+        return trigger_checkpoint(
+            self, context, self.coordinator(), self.spec.load_pipeline()
+        ).value
 
 
-def trigger_checkpoint(task: PipelineOperator, context: Any) -> CheckpointId:
-    """Recover, then allocate the next checkpoint and write its barrier; returns its id.
+def trigger_checkpoint(
+    task: PipelineOperator, context: Any, coord: CheckpointCoordinator, pipeline: Any
+) -> CheckpointId:
+    """Recover, then allocate the next checkpoint of ``pipeline`` and write its barrier;
+    returns its id.
 
     Skips the task (``AirflowSkipException``) while the pipeline is suspended; a refusal of
     the core fails it without retries.
@@ -122,8 +127,6 @@ def trigger_checkpoint(task: PipelineOperator, context: Any) -> CheckpointId:
     from microcheckpoint.engine.sinkstage import sink_publisher
     from microcheckpoint.engine.sources import source_offsets
 
-    coord = task.coordinator()
-    pipeline = task.spec.load_pipeline()
     with KafkaHook(task.spec.kafka_conn_id).get_offsets() as kafka:
         offsets = source_offsets(pipeline.source, kafka, task.store_options())
         try:
@@ -189,23 +192,25 @@ class LocalEpochOperator(PipelineOperator):
         return local_spark(self.master, app=f"microcheckpoint-{self.spec.name}")
 
     def execute(self, context: Any) -> dict[str, Any]:
+        coord = self.coordinator()
+        pipeline = self.spec.load_pipeline()
         if not self.trigger:
-            return self.process(self.cid())  # type: ignore[arg-type]
-        cid = trigger_checkpoint(self, context)
+            return self.process(self.cid(), coord, pipeline)  # type: ignore[arg-type]
+        cid = trigger_checkpoint(self, context, coord, pipeline)
         context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
         try:
-            return self.process(cid)
+            return self.process(cid, coord, pipeline)
         except (AirflowFailException, AirflowSkipException):
             raise
         except (Exception, AirflowTaskTimeout) as exc:  # the timeout is a BaseException
             raise AirflowFailException(f"checkpoint {cid}: {exc!r}") from exc
 
-    def process(self, cid: CheckpointId) -> dict[str, Any]:
+    def process(
+        self, cid: CheckpointId, coord: CheckpointCoordinator, pipeline: Any
+    ) -> dict[str, Any]:
         """Run epoch ``cid`` in Spark, then complete and notify it; the XCom of the task."""
         from microcheckpoint.engine.runner import run_epoch
 
-        coord = self.coordinator()
-        pipeline = self.spec.load_pipeline()
         plan = coord.plan(cid)
         bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
         spark = self.session()
