@@ -5,12 +5,15 @@ Starts Tansu (the local broker) with ``harness.services``, produces ``--records`
 
 - **bare**: ``--partitions`` reader processes (started before the clock), each a
   ``KafkaConsumer`` assigned one partition, polling from offset 0 to its end and counting;
+- **bare_confluent**: the same loop with confluent-kafka (librdkafka), the client our source
+  reads with, so the cost of Spark and Arrow on top of the client shows too;
 - **ours**: the engine's Kafka source (``KafkaSplitReader`` in ``mapInArrow``, its default
   split size) over the same ranges in Spark ``local[N]`` with N = ``--partitions`` (as many
   readers), counting the rows Spark receives as Arrow batches.
 
-Prints medians and the ratio (bare seconds ÷ ours: 1.0 means as fast as the bare loop);
-``run`` returns them for ``bench.run_all``.
+Prints medians and the ratios (bare seconds ÷ ours: 1.0 means as fast as the bare loop;
+``ratio`` is against kafka-python, the issue's baseline, ``ratio_vs_confluent`` against the
+same client); ``run`` returns them for ``bench.run_all``.
 Run: ``.venv/bin/python -m bench.bench_reader``.
 """
 
@@ -48,8 +51,29 @@ def consume_partition(bootstrap: str, topic: str, partition: int, end: int) -> i
         consumer.close(autocommit=False)
 
 
+def consume_partition_confluent(bootstrap: str, topic: str, partition: int, end: int) -> int:
+    """The bare loop with confluent-kafka: assign one partition at 0, consume to its end."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTP
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([CTP(topic, partition, 0)])
+        seen, last = 0, -1
+        while last < end - 1:
+            for message in consumer.consume(num_messages=10_000, timeout=0.1):
+                if message.error() is None:
+                    seen, last = seen + 1, message.offset()
+        return seen
+    finally:
+        consumer.close()
+
+
 def _warm(_: int) -> int:
-    import kafka  # noqa: F401  (the import is part of the start, not of the reading)
+    import confluent_kafka  # noqa: F401  (the imports are part of the start, not the reading)
+    import kafka  # noqa: F401
 
     return 0
 
@@ -82,12 +106,24 @@ def run(records: int, size: int, partitions: int, rounds: int) -> dict[str, Any]
             jobs = [(bootstrap, tp.topic, tp.partition, end) for tp, end in ends.items()]
             return sum(pool.starmap(consume_partition, jobs))
 
+        def bare_confluent() -> int:
+            jobs = [(bootstrap, tp.topic, tp.partition, end) for tp, end in ends.items()]
+            return sum(pool.starmap(consume_partition_confluent, jobs))
+
         def ours() -> int:
             return _kafka_frame(spark, source, plan, bootstrap, Faults()).count()
 
-        seconds: dict[str, list[float]] = {"bare_kafka_python": [], "ours": []}
+        seconds: dict[str, list[float]] = {
+            "bare_kafka_python": [],
+            "bare_confluent": [],
+            "ours": [],
+        }
         for round_no in range(rounds + 1):
-            order = [("bare_kafka_python", bare), ("ours", ours)]
+            order = [
+                ("bare_kafka_python", bare),
+                ("ours", ours),
+                ("bare_confluent", bare_confluent),
+            ]
             for name, read in order if round_no % 2 else reversed(order):
                 start = time.perf_counter()
                 seen = read()
@@ -110,6 +146,7 @@ def run(records: int, size: int, partitions: int, rounds: int) -> dict[str, Any]
         "median": median,
         "records_per_s": {k: round(records / v) for k, v in median.items()},
         "ratio": round(median["bare_kafka_python"] / median["ours"], 3),
+        "ratio_vs_confluent": round(median["bare_confluent"] / median["ours"], 3),
     }
 
 

@@ -67,6 +67,7 @@ def summarize(engine: dict, reader: dict, airflow: dict) -> dict[str, Any]:
             "vs_spark_ss_1m": ratio("1m"),
             "vs_spark_ss_1m_keys": ratio("1m_keys"),
             "reader_vs_kafka_python": reader["ratio"],
+            "reader_vs_confluent_kafka": reader["ratio_vs_confluent"],
             "memory_vs_spark_ss": round(memory["ours"]["total"] / memory["spark_ss"]["total"], 3),
             "memory_pss_vs_spark_ss": round(
                 proportional["ours"]["total"] / proportional["spark_ss"]["total"], 3
@@ -110,6 +111,10 @@ def report(latest: dict[str, Any]) -> str:
          sec(latest["details"]["reader"]["median"]["ours"]),
          sec(latest["details"]["reader"]["median"]["bare_kafka_python"]) + " (bare)",
          f"{r['reader_vs_kafka_python']:.2f}x", TARGETS["reader_vs_kafka_python"]],
+        ["Kafka source vs bare confluent-kafka (1M)", "-",
+         sec(latest["details"]["reader"]["median"]["ours"]),
+         sec(latest["details"]["reader"]["median"]["bare_confluent"]) + " (bare)",
+         f"{r['reader_vs_confluent_kafka']:.2f}x", "(same client)"],
         ["checkpoint through Airflow, Connect (p50)", BEFORE["airflow"],
          sec(s["airflow_checkpoint_p50_connect"]), "", "", TARGETS["airflow_checkpoint_p50_connect"]],
         ["checkpoint through Airflow, LocalSpark (p50)", BEFORE["airflow"],

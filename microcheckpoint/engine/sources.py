@@ -112,27 +112,30 @@ class KafkaSplitReader:
             yield self._batch(split, records, arrow)
 
     def _batch(self, split: Any, records: list[Any], arrow: pa.Schema) -> pa.RecordBatch:
-        """Arrow columns straight from kafka-python's records of ``split``, one pass per
+        """Arrow columns straight from the reader's records of ``split``, one pass per
         column (the topic and partition are the split's)."""
-        headers = [r.headers for r in records]
+        from microcheckpoint.adapters.kafka_reader import batch_columns
+
+        fields = batch_columns(records)
+        headers = fields["headers"]
         n = len(records)
         columns: list[Any] = [
             pa.repeat(pa.scalar(split.tp.topic, arrow.field("topic").type), n),
             pa.repeat(pa.scalar(split.tp.partition, arrow.field("partition").type), n),
-            [r.offset for r in records],
-            [r.timestamp for r in records],
-            [r.key for r in records],
+            fields["offset"],
+            fields["timestamp_ms"],
+            fields["key"],
             [[{"key": k, "value": v} for k, v in h or ()] for h in headers]
             if any(headers)
             else [[]] * n,
         ]
         if self.value_format == "json" and self.schema:
-            decoded = [decode_record(r, "json", self.schema) for r in records]
+            decoded = [decode_record(r, "json", self.schema) for r in self._records(records)]
             columns += [[d[name] if d else None for d in decoded] for name in self.schema]
         elif self.value_format == "bytes":
-            columns.append([r.value for r in records])
+            columns.append(fields["value"])
         else:
-            columns.append(self._text(records))
+            columns.append(self._text(records, fields["value"]))
         return pa.RecordBatch.from_arrays(
             [
                 values if isinstance(values, pa.Array) else pa.array(values, type=f.type)
@@ -141,17 +144,23 @@ class KafkaSplitReader:
             schema=arrow,
         )
 
-    def _text(self, records: list[Any]) -> pa.Array:
+    def _text(self, records: list[Any], raw: list[bytes | None]) -> pa.Array:
         """Values as strict UTF-8 (and, for ``json``, valid JSON), validated in bulk."""
         if self.value_format == "text":
             try:
-                return pa.array([r.value for r in records], pa.binary()).cast(pa.string())
+                return pa.array(raw, pa.binary()).cast(pa.string())
             except pa.ArrowInvalid:
                 pass  # find the record that is not UTF-8, and name it
-        values = [decode_record(r, self.value_format) for r in records]  # raises, naming it
-        if self.value_format == "json":  # valid JSON: the column keeps its text
-            values = [None if r.value is None else bytes(r.value).decode() for r in records]
-        return pa.array(values, pa.string())
+        for record in self._records(records):
+            decode_record(record, self.value_format)  # raises, naming the record
+        # Valid: the column keeps the text as it is.
+        return pa.array([None if v is None else bytes(v).decode() for v in raw], pa.string())
+
+    @staticmethod
+    def _records(records: list[Any]) -> Iterator[Any]:
+        from microcheckpoint.adapters.kafka_reader import to_record
+
+        return (to_record(r) for r in records)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ lookup it uses (``KafkaOffsets.beginning_offsets``), patched per test.
 from __future__ import annotations
 
 import pickle
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -269,6 +270,23 @@ def test_no_progress_raises_after_timeout_naming_the_position(
     assert seen == list(range(5, 10))
     for part in (tp.topic, "partition 0", "[5, 20)", "position reached is 10", "timeout_s=1"):
         assert part in str(info.value), part
+    assert time.monotonic() - started < 5
+
+
+def test_unreachable_broker_raises_after_timeout_naming_the_last_error() -> None:
+    # Nothing listens on the port: the client retries, and the split fails once its
+    # position has not moved for timeout_s, with the client's last error in the message.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{probe.getsockname()[1]}"
+    split = Split(TopicPartition("gone", 0), 0, 5)
+    started = time.monotonic()
+    with pytest.raises(KafkaSourceError) as info:
+        list(read_split(nowhere, split, timeout_s=1, check=False))
+    message = str(info.value)
+    for part in ("gone", "[0, 5)", "position reached is 0", "timeout_s=1", nowhere):
+        assert part in message, part
+    assert "the last error was" in message
     assert time.monotonic() - started < 5
 
 
