@@ -34,7 +34,6 @@ _FIELD_TYPES = {
     "double": pa.float64(),
     "boolean": pa.bool_(),
 }
-_SPARK_TYPES = {"string": "string", "long": "bigint", "double": "double", "boolean": "boolean"}
 
 
 def fields_schema(schema: dict[str, str]) -> pa.Schema:
@@ -47,7 +46,8 @@ def kafka_schema(value_format: str, schema: dict[str, str] | None) -> tuple[pa.S
 
     Columns: ``topic, partition, offset, timestamp_ms, key, headers`` and ``value`` (binary
     for ``bytes``, string for ``text`` and ``json``), or, for ``json`` with a schema, its
-    fields in its order.
+    fields in its order. A field named like a record column (``key``, say, in the rows an
+    upstream stage wrote) replaces that column.
     """
     check_value_format(value_format, schema)
     fields = [
@@ -58,22 +58,26 @@ def kafka_schema(value_format: str, schema: dict[str, str] | None) -> tuple[pa.S
         ("key", pa.binary()),
         ("headers", HEADERS),
     ]
-    ddl = [
-        "topic string",
-        "partition int",
-        "offset bigint",
-        "timestamp_ms bigint",
-        "key binary",
-        "headers array<struct<key:string,value:binary>>",
-    ]
     if value_format == "json" and schema:
+        fields = [(name, kind) for name, kind in fields if name not in schema]
         fields += [(name, _FIELD_TYPES[kind]) for name, kind in schema.items()]
-        ddl += [f"`{name}` {_SPARK_TYPES[kind]}" for name, kind in schema.items()]
     else:
-        kind = pa.binary() if value_format == "bytes" else pa.string()
-        fields.append(("value", kind))
-        ddl.append(f"value {'binary' if value_format == 'bytes' else 'string'}")
-    return pa.schema(fields), ", ".join(ddl)
+        fields.append(("value", pa.binary() if value_format == "bytes" else pa.string()))
+    arrow = pa.schema(fields)
+    return arrow, ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in arrow)
+
+
+def _spark_type(kind: pa.DataType) -> str:
+    if kind == HEADERS:
+        return "array<struct<key:string,value:binary>>"
+    return {
+        pa.string(): "string",
+        pa.int32(): "int",
+        pa.int64(): "bigint",
+        pa.binary(): "binary",
+        pa.float64(): "double",
+        pa.bool_(): "boolean",
+    }[kind]
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class KafkaSplitReader:
     schema: dict[str, str] | None = None
     faults: Faults = field(default_factory=Faults)
     batch_rows: int = 8192
+    drop_markers: bool = False  # an internal topic's barrier markers are not rows
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -104,7 +109,7 @@ class KafkaSplitReader:
         # The driver checked every split against its partition (``check_splits``).
         fetched = read_split_batches(self.bootstrap, split, check=False)
         for batch in self.faults.reading_batches(fetched):
-            records += batch
+            records += self._without_markers(batch) if self.drop_markers else batch
             while len(records) >= self.batch_rows:
                 yield self._batch(split, records[: self.batch_rows], arrow)
                 records = records[self.batch_rows :]
@@ -119,27 +124,29 @@ class KafkaSplitReader:
         fields = batch_columns(records)
         headers = fields["headers"]
         n = len(records)
-        columns: list[Any] = [
-            pa.repeat(pa.scalar(split.tp.topic, arrow.field("topic").type), n),
-            pa.repeat(pa.scalar(split.tp.partition, arrow.field("partition").type), n),
-            fields["offset"],
-            fields["timestamp_ms"],
-            fields["key"],
-            [[{"key": k, "value": v} for k, v in h or ()] for h in headers]
+        columns: dict[str, Any] = {
+            "topic": pa.repeat(pa.scalar(split.tp.topic, pa.string()), n),
+            "partition": pa.repeat(pa.scalar(split.tp.partition, pa.int32()), n),
+            "offset": fields["offset"],
+            "timestamp_ms": fields["timestamp_ms"],
+            "key": fields["key"],
+            "headers": [[{"key": k, "value": v} for k, v in h or ()] for h in headers]
             if any(headers)
             else [[]] * n,
-        ]
+        }
         if self.value_format == "json" and self.schema:
             decoded = [decode_record(r, "json", self.schema) for r in self._records(records)]
-            columns += [[d[name] if d else None for d in decoded] for name in self.schema]
+            for name in self.schema:  # a field named like a record column replaces it
+                columns[name] = [d[name] if d else None for d in decoded]
         elif self.value_format == "bytes":
-            columns.append(fields["value"])
+            columns["value"] = fields["value"]
         else:
-            columns.append(self._text(records, fields["value"]))
+            columns["value"] = self._text(records, fields["value"])
         return pa.RecordBatch.from_arrays(
             [
                 values if isinstance(values, pa.Array) else pa.array(values, type=f.type)
-                for values, f in zip(columns, arrow, strict=True)
+                for f in arrow
+                for values in (columns[f.name],)
             ],
             schema=arrow,
         )
@@ -155,6 +162,12 @@ class KafkaSplitReader:
             decode_record(record, self.value_format)  # raises, naming the record
         # Valid: the column keeps the text as it is.
         return pa.array([None if v is None else bytes(v).decode() for v in raw], pa.string())
+
+    @staticmethod
+    def _without_markers(batch: list[Any]) -> list[Any]:
+        from microcheckpoint.protocol.markers import is_marker
+
+        return [r for r in batch if not is_marker(r.headers())]
 
     @staticmethod
     def _records(records: list[Any]) -> Iterator[Any]:
@@ -215,9 +228,11 @@ class FileReader:
 
 
 def source_offsets(source: Any, kafka: Any, store_options: dict[str, Any] | None = None) -> Any:
-    """The protocol's source port for ``source``: Kafka's offsets, a folder's, or both."""
+    """The protocol's source port for ``source``: Kafka's offsets, a folder's, both, or an
+    internal topic's (cut at the upstream stage's markers)."""
     from microcheckpoint.adapters.file_offsets import FileOffsets, HybridOffsets
-    from microcheckpoint.engine.api import FileSource, HybridSource
+    from microcheckpoint.adapters.stage_offsets import StageOffsets
+    from microcheckpoint.engine.api import FileSource, HybridSource, StageSource
     from microcheckpoint.storage import open_store
 
     def folder(files: FileSource) -> FileOffsets:
@@ -228,4 +243,6 @@ def source_offsets(source: Any, kafka: Any, store_options: dict[str, Any] | None
         return folder(source)
     if isinstance(source, HybridSource):
         return HybridOffsets(folder(source.files), kafka)
+    if isinstance(source, StageSource):
+        return StageOffsets(kafka, source.upstream, source.upstream_uid)
     return kafka
