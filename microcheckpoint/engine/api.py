@@ -37,6 +37,7 @@ __all__ = [
     "KafkaSource",
     "KeyedOperator",
     "Pipeline",
+    "StageSource",
     "running_max",
     "running_min",
     "running_sum",
@@ -81,6 +82,32 @@ class KafkaSource:
         if self.max_records_per_split < 1:
             raise ConfigError(
                 "max_records_per_split", self.max_records_per_split, "an integer >= 1"
+            )
+
+
+@dataclass(frozen=True)
+class StageSource(KafkaSource):
+    """Reads an internal topic written by an upstream stage's ``StageSink``: a Kafka source
+    whose epoch ends, in every partition, at the upstream's next barrier marker.
+
+    ``upstream`` is the upstream stage's pipeline name, ``upstream_uid`` its stage sink's uid.
+    Rows are the upstream's rows (``value_format="json"`` with ``schema``, the columns it
+    wrote), plus ``topic, partition, offset, timestamp_ms, key, headers``; markers never
+    reach the rows. A partition whose marker has not arrived yet is held back, so an epoch
+    holds exactly the upstream's epoch in every channel (aligned).
+    """
+
+    upstream: str = ""
+    upstream_uid: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.upstream:
+            raise ConfigError("upstream", self.upstream, "the upstream stage's pipeline name")
+        object.__setattr__(self, "upstream_uid", _uid("stage sink", self.upstream_uid))
+        if self.value_format != "json" or not self.schema:
+            raise ConfigError(
+                "schema", self.schema, "the {column: type} the upstream stage writes (json)"
             )
 
 

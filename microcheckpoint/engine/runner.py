@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from microcheckpoint.config import CheckpointingMode
-from microcheckpoint.engine.api import FileSource, KafkaSource, KeyedOperator, Pipeline
+from microcheckpoint.engine.api import (
+    FileSource,
+    KafkaSource,
+    KeyedOperator,
+    Pipeline,
+    StageSource,
+)
 from microcheckpoint.engine.filescan import file_frame
 from microcheckpoint.engine.keyed import (
     AGGREGATE,
@@ -117,7 +123,10 @@ def _kafka_frame(
         return spark.createDataFrame([], ddl)
     # Every range against its partition (retention, a re-created topic), once for the epoch.
     check_splits(bootstrap, splits)
-    reader = KafkaSplitReader(bootstrap, tuple(splits), source.value_format, source.schema, faults)
+    reader = KafkaSplitReader(
+        bootstrap, tuple(splits), source.value_format, source.schema, faults,
+        drop_markers=isinstance(source, StageSource),
+    )  # fmt: skip
     return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
 
 

@@ -100,7 +100,7 @@ def commit_sinks(store: ObjectStore, sinks: Iterable[Sink], meta: CheckpointMeta
                     )
                 rows.extend(json.loads(line) for line in obj.data.splitlines() if line)
             parts.append(rows)
-        if any(meta.acks[t].handles for t in tasks):
+        if sink.commit_empty_epochs or any(meta.acks[t].handles for t in tasks):
             sink.commit(EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value), parts)
 
 

@@ -44,6 +44,10 @@ class EpochInfo:
 class Sink(abc.ABC):
     """A transactional sink. Subclasses set ``uid`` (via ``__init__``) and implement ``commit``."""
 
+    # Whether notify commits an epoch that staged nothing (a stage sink still writes its
+    # barrier markers then); other sinks skip such epochs.
+    commit_empty_epochs = False
+
     def __init__(self, uid: str) -> None:
         if not uid:
             raise ConfigError("uid", uid, "every sink needs a stable, unique uid")

@@ -1,0 +1,170 @@
+"""Two stages joined by an internal topic, on the real broker and Spark.
+
+Stage 1 counts words and writes its running totals to an internal topic with a
+``StageSink``; stage 2 reads that topic with a ``StageSource`` and keeps each word's
+maximum total. Each stage-2 epoch must hold exactly one stage-1 epoch in every partition
+(its range ends at the barrier marker), markers must be written exactly once per epoch and
+partition (also when a commit is repeated), and never reach stage 2's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+
+from kafka import KafkaProducer
+from pyspark.sql import functions as F
+
+from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.adapters.stage_offsets import StageOffsets
+from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.engine import KafkaSource, Pipeline, StageSource, running_max, running_sum
+from microcheckpoint.engine.cycle import run_cycle
+from microcheckpoint.engine.sinkstage import sink_publisher
+from microcheckpoint.ids import TopicPartition
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.markers import marker_of
+from microcheckpoint.sinks.kafka import read_topic
+from microcheckpoint.sinks.stage import StageSink
+from microcheckpoint.state.reader import read_keyed_state
+from microcheckpoint.storage import FileStore
+
+LINES = [f"w{i % 7} w{i % 4} z" for i in range(36)]
+TRUTH = Counter(w for line in LINES for w in line.split())
+
+
+def _config(store: FileStore, name: str, cap: int | None) -> CheckpointConfig:
+    values = {"pipeline": name, "storage": store.url, "retained": 5}
+    if cap is not None:
+        values["max_records_per_epoch"] = cap
+    return CheckpointConfig.from_mapping(values)
+
+
+def _internal(bootstrap: str, topic: str) -> dict[int, list[tuple[dict, bytes | None]]]:
+    """The internal topic's records per partition: (headers, value)."""
+    out: dict[int, list[tuple[dict, bytes | None]]] = {}
+    for partition in range(2):
+        for headers, _, value in read_topic(bootstrap, topic, [partition]):
+            out.setdefault(partition, []).append((headers, value))
+    return out
+
+
+def _markers(records: list[tuple[dict, bytes | None]]) -> list[int]:
+    return [
+        marker.epoch
+        for headers, _ in records
+        if (marker := marker_of([(k, v.encode()) for k, v in headers.items()])) is not None
+    ]
+
+
+def test_each_stage_two_epoch_holds_exactly_one_stage_one_epoch(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    from examples.wordcount import produce
+
+    tag = uuid.uuid4().hex[:6]
+    source_topic, internal = f"stage-in-{tag}", f"stage-mid-{tag}"
+    produce(kafka_bootstrap, source_topic, LINES)
+    s1, s2 = f"s1{tag}", f"s2{tag}"
+    sink = StageSink("to-s2", kafka_bootstrap, internal, key="key", partitions=2)
+    first = (
+        Pipeline(s1, KafkaSource("lines", [source_topic], value_format="text"))
+        .then(lambda df: df.select(F.explode(F.split("value", r"\s+")).alias("word")))
+        .then(lambda df: df.where("word != ''"))
+        .then(running_sum("counts", key="word"))
+        .then(sink)
+    )
+    second = Pipeline(
+        s2,
+        StageSource(
+            "from-s1",
+            [internal],
+            value_format="json",
+            schema={"key": "string", "total": "long"},
+            upstream=s1,
+            upstream_uid="to-s2",
+        ),
+    ).then(running_max("maxes", key="key", value="total"))
+    store1, store2 = FileStore(f"file://{tmp_path}/s1"), FileStore(f"file://{tmp_path}/s2")
+    config1, config2 = _config(store1, s1, 4), _config(store2, s2, None)
+    sink.open()
+
+    def cycle(pipeline, config, store):
+        return run_cycle(
+            spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2, collect=True
+        )
+
+    # Stage 1 runs all its epochs first, so the internal topic holds several epochs when
+    # stage 2 starts: each stage-2 epoch must still take exactly one of them.
+    epochs1 = [cycle(first, config1, store1).checkpoint_id.value for _ in range(5)]
+    records = _internal(kafka_bootstrap, internal)
+    rows_of = {  # stage 1's rows per epoch
+        epoch: [
+            json.loads(v)
+            for part in records.values()
+            for h, v in part
+            if h.get("mcp-epoch") == str(epoch) and "mcp-marker" not in h
+        ]
+        for epoch in epochs1
+    }
+    assert sum(1 for rows in rows_of.values() if rows) >= 3
+    published: list[dict] = []
+    for epoch in epochs1:
+        done2 = cycle(second, config2, store2)
+        assert done2.checkpoint_id.value == epoch
+        expected: dict[str, int] = {}
+        for row in published + rows_of[epoch]:
+            expected[row["key"]] = max(expected.get(row["key"], 0), row["total"])
+        touched = {row["key"] for row in rows_of[epoch]}
+        got = sorted((r["key"], r["max"]) for r in done2.outputs or [])
+        assert got == sorted((k, expected[k]) for k in touched)
+        published += rows_of[epoch]
+
+    # Every word's maximum is its final count: stage 2's state is the fold of stage 1's.
+    assert read_keyed_state(store2, s2, "maxes") == dict(TRUTH)
+    # One marker per stage-1 epoch in every partition, in epoch order, empty epochs included.
+    for partition in (0, 1):
+        assert _markers(records[partition]) == epochs1
+    # A repeated commit (a zombie notifier) writes neither rows nor markers again.
+    coordinator = CheckpointCoordinator(store1, config1)
+    view = coordinator.view()
+    sink_publisher(first, store1, config1.mode)(view.metadata(view.completed[-1]))  # type: ignore[misc]
+    assert _internal(kafka_bootstrap, internal) == records
+    # No new stage-1 epoch: stage 2 holds every channel back (nothing between markers).
+    assert cycle(second, config2, store2).outputs == []
+
+
+def test_a_channel_without_its_marker_is_held_back(kafka_bootstrap) -> None:
+    # Stage 1's epoch 7 reached partition 0 only (its commit died half way): partition 0's
+    # range ends just after its marker, partition 1 stays at its start until its marker comes.
+    tag = uuid.uuid4().hex[:6]
+    topic = f"stage-held-{tag}"
+    with KafkaOffsets(kafka_bootstrap) as kafka:
+        kafka.create_topic(topic, 2)
+        producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+
+        def send(partition: int, value: bytes, marker: bool) -> None:
+            headers = [("mcp-pipeline", b"up"), ("mcp-uid", b"to-down"), ("mcp-epoch", b"7")]
+            if marker:
+                headers.append(("mcp-marker", b"7"))
+            producer.send(topic, value=value, partition=partition, headers=headers)
+
+        for partition in (0, 1):
+            for i in range(3):
+                send(partition, json.dumps({"i": i}).encode(), marker=False)
+        send(0, b"", marker=True)
+        send(0, b'{"i": 3}', marker=False)  # epoch 8's first row, after the marker
+        producer.flush()
+        producer.close()
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        offsets = StageOffsets(kafka, "up", "to-down")
+        ends = kafka.end_offsets(tps)
+        assert ends == {tps[0]: 5, tps[1]: 3}
+        markers = offsets.markers(ends, {})
+        assert markers[tps[1]] is None
+        assert (markers[tps[0]].offset, markers[tps[0]].epoch) == (3, 7)
+        assert offsets.limit_ends(ends, {}) == {tps[0]: 4, tps[1]: 0}
+        assert offsets.limit_ends(ends, {tps[0]: 4, tps[1]: 1}) == {tps[0]: 4, tps[1]: 1}
+        # Another writer's marker is not this stage's.
+        assert StageOffsets(kafka, "up", "other").limit_ends(ends, {}) == {tps[0]: 0, tps[1]: 0}
