@@ -16,6 +16,7 @@ __all__ = [
     "InvalidValue",
     "KafkaSinkError",
     "KafkaSourceError",
+    "NotAligned",
     "MetadataFormatError",
     "MicrocheckpointError",
     "RestoreError",
@@ -91,6 +92,10 @@ class ServiceError(MicrocheckpointError, RuntimeError):
 
 class KafkaSourceError(MicrocheckpointError):
     """Kafka could not answer for a topic or partition (missing, unreachable, out of range)."""
+
+
+class NotAligned(KafkaSourceError):
+    """A stage's input channels did not all deliver the upstream's next barrier marker in time."""
 
 
 class KafkaSinkError(MicrocheckpointError):

@@ -112,6 +112,8 @@ def start_epoch(
     Raises:
         ConfigError: policy ``data_interval`` without an interval.
         TriggerRefused, TooManyFailures: the coordinator refused to trigger.
+        NotAligned: a stage input's channels did not all deliver the upstream's next
+            barrier marker within the checkpoint timeout (nothing was triggered).
     """
     config = coordinator.config
     # Steps 1 and 2.
@@ -140,8 +142,13 @@ def start_epoch(
         behind = "empty"
     else:
         ends = offsets.end_offsets(tps)
+    align = getattr(offsets, "align", None)  # a stage input waits for the upstream's markers
     limit = getattr(offsets, "limit_ends", None)  # a file source caps and orders its ranges
-    if limit is not None:
+    if align is not None:
+        ends, labels["alignment"] = align(
+            ends, coordinator.start_point(view).offsets, config.timeout
+        )
+    elif limit is not None:
         ends = limit(ends, coordinator.start_point(view).offsets)
     pending = coordinator.trigger(
         expected(parallelism(view, default_parallelism)),

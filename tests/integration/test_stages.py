@@ -10,9 +10,11 @@ partition (also when a commit is repeated), and never reach stage 2's rows.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 
+import pytest
 from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
@@ -22,6 +24,7 @@ from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine import KafkaSource, Pipeline, StageSource, running_max, running_sum
 from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.engine.sinkstage import sink_publisher
+from microcheckpoint.errors import NotAligned
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.markers import marker_of
@@ -131,8 +134,21 @@ def test_each_stage_two_epoch_holds_exactly_one_stage_one_epoch(
     view = coordinator.view()
     sink_publisher(first, store1, config1.mode)(view.metadata(view.completed[-1]))  # type: ignore[misc]
     assert _internal(kafka_bootstrap, internal) == records
-    # No new stage-1 epoch: stage 2 holds every channel back (nothing between markers).
-    assert cycle(second, config2, store2).outputs == []
+    # Every stage-2 checkpoint records its alignment, with Flink's statistics.
+    view2 = CheckpointCoordinator(store2, config2).view()
+    for epoch in epochs1:
+        alignment = view2.pending_record(view2.completed[epoch - 1]).labels["alignment"]
+        assert alignment["epoch"] == epoch and alignment["channels"] == 2
+        assert alignment["unaligned"] is False
+        assert 0 <= alignment["alignment_duration_ms"] <= alignment["start_delay_ms"]
+    # No new stage-1 epoch: stage 2 waits for markers up to its timeout and triggers nothing.
+    impatient = CheckpointConfig.from_mapping(
+        {"pipeline": s2, "storage": store2.url, "retained": 5, "timeout": 1}
+    )
+    with pytest.raises(NotAligned, match=rf"no barrier marker of stage '{s1}'"):
+        cycle(second, impatient, store2)
+    assert CheckpointCoordinator(store2, config2).view().completed == view2.completed
+    assert not CheckpointCoordinator(store2, config2).view().pending
 
 
 def test_a_channel_without_its_marker_is_held_back(kafka_bootstrap) -> None:
@@ -168,3 +184,17 @@ def test_a_channel_without_its_marker_is_held_back(kafka_bootstrap) -> None:
         assert offsets.limit_ends(ends, {tps[0]: 4, tps[1]: 1}) == {tps[0]: 4, tps[1]: 1}
         # Another writer's marker is not this stage's.
         assert StageOffsets(kafka, "up", "other").limit_ends(ends, {}) == {tps[0]: 0, tps[1]: 0}
+        # Aligning waits for partition 1's marker: not within 1 s, named in the error...
+        with pytest.raises(NotAligned, match=rf"channels {topic}:1 have no barrier marker"):
+            offsets.align(ends, {}, timeout_s=1)
+        # ...then it comes, 0.5 s after the first one: both ranges end just after their
+        # markers, and the alignment took as long as the markers were apart.
+        producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+        time.sleep(0.5)
+        send(1, b"", marker=True)
+        producer.flush()
+        producer.close()
+        cut, stats = offsets.align(ends, {}, timeout_s=10)
+        assert cut == {tps[0]: 4, tps[1]: 4}
+        assert stats["epoch"] == 7 and stats["channels"] == 2 and stats["unaligned"] is False
+        assert 500 <= stats["alignment_duration_ms"] <= stats["start_delay_ms"]

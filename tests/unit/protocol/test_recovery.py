@@ -13,6 +13,7 @@ from microcheckpoint.errors import (
     CheckpointNotFound,
     CommitConflict,
     ConfigError,
+    NotAligned,
     TooManyFailures,
     TriggerRefused,
 )
@@ -142,6 +143,40 @@ def test_policy_data_interval_reads_up_to_the_interval_end_and_labels_it(h) -> N
         "run_id": "r1",
         "data_interval": [T0.isoformat(), T1.isoformat()],
     }
+
+
+class AligningOffsets(MemoryOffsets):
+    """A stage input: ``align`` cuts at given marker offsets, or is not aligned in time."""
+
+    def __init__(self, ends, markers):
+        super().__init__(ends)
+        self.markers = markers
+        self.asked: list[tuple[dict, dict, float]] = []
+
+    def align(self, ends, starts, timeout_s):
+        self.asked.append((dict(ends), dict(starts), timeout_s))
+        if any(m is None for m in self.markers.values()):
+            raise NotAligned("channels events:1 have no barrier marker")
+        return {tp: m + 1 for tp, m in self.markers.items()}, {"epoch": 3, "unaligned": False}
+
+
+def test_a_stage_input_triggers_up_to_the_markers_and_records_the_alignment(h) -> None:
+    coord = h.coordinator(startup_mode="earliest", timeout="90s")
+    kafka = AligningOffsets({TP0: 10, TP1: 8}, {TP0: 4, TP1: 6})
+    begin(coord, kafka, labels={"run_id": "r1"})
+    assert kafka.asked == [({TP0: 10, TP1: 8}, {}, 90.0)]
+    assert coord.barrier(C1).ranges == {TP0: OffsetRange(0, 5), TP1: OffsetRange(0, 7)}
+    assert coord.view().pending_record(C1).labels == {
+        "run_id": "r1",
+        "alignment": {"epoch": 3, "unaligned": False},
+    }
+
+
+def test_a_stage_input_not_aligned_in_time_triggers_nothing(h) -> None:
+    coord = h.coordinator(startup_mode="earliest")
+    with pytest.raises(NotAligned, match="events:1"):
+        begin(coord, AligningOffsets({TP0: 10, TP1: 8}, {TP0: 4, TP1: None}))
+    assert coord.view().pending == [] and coord.view().completed == []
 
 
 def test_policy_data_interval_reads_nothing_for_an_interval_already_processed(h) -> None:
