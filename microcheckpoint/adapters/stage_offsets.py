@@ -1,15 +1,23 @@
-"""The offsets of an internal topic, where a range ends at the upstream stage's next marker.
+"""The offsets of an internal topic, where a range ends at the upstream stage's marker.
 
 ``StageOffsets`` is the source port (``protocol.source``) of a ``StageSource``: Kafka's
-offsets, with ``limit_ends`` cutting every partition's range at the first barrier marker of
-the upstream stage after the range's start (the marker included, so the next epoch starts
-after it; the reader drops markers). A partition whose next marker has not arrived is held
-back (its range stays empty): the epoch is aligned, every channel up to marker ``n``.
-``markers`` tells which channels have it; ``align`` waits until every channel has it (the
-barrier alignment) and gives the cut ranges with the alignment's statistics.
+offsets, plus ``align``, which decides where each input channel (partition) of a stage's
+checkpoint ends, by the checkpointing mode (Flink's three):
 
-Finding a marker reads the partition from the range's start, in the driver, once per
-trigger: the cost of one more read of the epoch's records.
+- **aligned** (EXACTLY_ONCE, the default): wait until every channel has the upstream's
+  marker of the target epoch, then cut every range just after it (the marker included, so
+  the next epoch starts after it; the reader drops markers);
+- **unaligned** (``unaligned=true``, or when the wait passes ``aligned_timeout``): as soon
+  as one channel has the marker, cut the channels that have it there and read the others as
+  far as they are; what those still owe up to their marker is the checkpoint's in-flight
+  channel state, kept as offset ranges (the records stay in Kafka), and the next epoch
+  reads it first, since it starts where this one ended;
+- **at-least-once** (AT_LEAST_ONCE): no alignment, every channel read to its end.
+
+The target epoch is the highest of the channels' first markers; a channel whose first
+markers are older (it was read past its data, unaligned) skips them. Finding a marker reads
+the partition from the range's start, in the driver, once per trigger: the cost of one more
+read of the epoch's records.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from microcheckpoint.adapters.kafka_reader import Split, read_split
+from microcheckpoint.config import CheckpointConfig, CheckpointingMode
 from microcheckpoint.errors import NotAligned
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.markers import marker_of
@@ -29,7 +38,7 @@ __all__ = ["ChannelMarker", "StageOffsets"]
 
 @dataclass(frozen=True)
 class ChannelMarker:
-    """The upstream's next marker in one channel: its offset, epoch and record time."""
+    """The upstream's marker in one channel: its offset, epoch and record time."""
 
     offset: int
     epoch: int
@@ -44,7 +53,8 @@ class StageOffsets:
     kafka: Any  # KafkaOffsets
     upstream: str
     upstream_uid: str
-    timeout_s: float = 60
+    read_timeout_s: float = 60
+    poll_s: float = 0.25
 
     def partitions(self, topic: str) -> list[TopicPartition]:
         return self.kafka.partitions(topic)
@@ -65,94 +75,134 @@ class StageOffsets:
         self.kafka.commit_group_offsets(group, offsets)
 
     def markers(
-        self, ends: Mapping[TopicPartition, int], starts: Mapping[TopicPartition, int]
+        self,
+        ends: Mapping[TopicPartition, int],
+        starts: Mapping[TopicPartition, int],
+        epoch: int | None = None,
     ) -> dict[TopicPartition, ChannelMarker | None]:
-        """Per channel, the upstream's first marker in ``[start, end)``, or None."""
-        tps = list(ends)
-        beginning = self.kafka.beginning_offsets([tp for tp in tps if tp not in starts])
+        """Per channel, the upstream's first marker in ``[start, end)`` (of ``epoch`` or a
+        later one, when given; older ones are skipped), or None."""
         found: dict[TopicPartition, ChannelMarker | None] = {}
-        for tp in tps:
-            start = starts.get(tp, beginning.get(tp, 0))
-            found[tp] = self._first_marker(Split(tp, start, max(start, ends[tp])))
+        for tp, start in self._starts(ends, starts).items():
+            split = Split(tp, start, max(start, ends[tp]))
+            found[tp] = self._first_marker(split, epoch or 0)
         return found
 
     def limit_ends(
         self, ends: Mapping[TopicPartition, int], starts: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, int]:
         """Each range cut just after the upstream's next marker; held at its start (empty)
-        where that marker has not arrived."""
-        beginning = self.kafka.beginning_offsets([tp for tp in ends if tp not in starts])
-        limited = {}
-        for tp, marker in self.markers(ends, starts).items():
-            start = starts.get(tp, beginning.get(tp, 0))
-            limited[tp] = start if marker is None else marker.offset + 1
-        return limited
+        where that marker has not arrived (what ``align`` does, without waiting)."""
+        first = self.markers(ends, starts)
+        return {
+            tp: start if first[tp] is None else first[tp].offset + 1
+            for tp, start in self._starts(ends, starts).items()
+        }
 
     def align(
         self,
         ends: Mapping[TopicPartition, int],
         starts: Mapping[TopicPartition, int],
-        timeout_s: float,
-        poll_s: float = 0.25,
+        config: CheckpointConfig,
     ) -> tuple[dict[TopicPartition, int], dict[str, Any]]:
-        """Wait until every channel has the upstream's next marker, then give each range cut
-        just after it, and the alignment's statistics (Flink's names, in milliseconds):
+        """The ranges' ends for this stage's next checkpoint, and its alignment statistics
+        (Flink's names; milliseconds):
 
-        - ``alignment_duration_ms``: from the first channel's marker to the last one's
-          (the markers' record times);
-        - ``start_delay_ms``: from the first marker to now, when this stage's checkpoint
-          starts;
+        - ``mode``: ``aligned``, ``unaligned`` or ``at_least_once``; ``unaligned`` (bool),
+          and ``switched`` when ``aligned_timeout`` made an aligned checkpoint unaligned;
+        - ``epoch``: the upstream checkpoint the markers end; ``channels``;
+        - ``alignment_duration_ms``: from the first channel's marker to the last one's (the
+          markers' record times), over the channels that had it;
+        - ``start_delay_ms``: from the first marker to now, when this checkpoint starts;
         - ``waited_ms``: how long this call waited for markers;
-        - ``epoch``: the upstream's checkpoint the markers end; ``channels``; ``unaligned``
-          (False: every channel was read up to its marker).
+        - ``inflight``: per channel read past (unaligned), the range it still owes up to its
+          marker: ``{"channel", "from", "until_marker"}``; ``persisted_inflight_bytes`` is 0,
+          since that channel state stays in Kafka as offsets.
+
+        Waits (polling) at most ``config.timeout``; in aligned mode, at most
+        ``aligned_timeout`` before switching (when it is > 0).
 
         Raises:
-            NotAligned: after ``timeout_s`` some channels still have no marker (the message
-                names them and the upstream), or the channels' markers end different epochs.
+            NotAligned: aligned, and after the timeout some channels still have no marker
+                (the message names them and the upstream); or no channel has any marker
+                (unaligned: a checkpoint starts at the first marker); or the channels'
+                markers end different epochs (two runs of the upstream wrote the topic).
         """
         started = time.monotonic()
         tps = list(ends)
+        if config.mode is CheckpointingMode.AT_LEAST_ONCE:
+            return dict(ends), {"mode": "at_least_once", "unaligned": False, "waited_ms": 0}
+        switch_after = config.aligned_timeout if config.aligned_timeout > 0 else None
+        unaligned = config.unaligned
         while True:
             markers = self.markers(ends, starts)
-            missing = sorted(str(tp) for tp, marker in markers.items() if marker is None)
-            if not missing:
+            target = max((m.epoch for m in markers.values() if m is not None), default=None)
+            behind = {tp: m for tp, m in markers.items() if m is not None and m.epoch < target}
+            if behind:  # read past their data before (unaligned): skip their older markers
+                markers.update(self.markers({tp: ends[tp] for tp in behind}, starts, target))
+            missing = sorted(str(tp) for tp, m in markers.items() if m is None)
+            waited = time.monotonic() - started
+            if target is not None and (not missing or unaligned):
                 break
-            if time.monotonic() - started > timeout_s:
+            if target is not None and switch_after is not None and waited >= switch_after:
+                unaligned = True
+                break
+            if waited > config.timeout:
                 raise NotAligned(
                     f"stage input {', '.join(sorted(str(tp) for tp in tps))}: channels "
                     f"{', '.join(missing)} have no barrier marker of stage {self.upstream!r} "
-                    f"(sink {self.upstream_uid!r}) after {timeout_s:g} s; the upstream stage "
-                    "has not completed its next checkpoint. Run the upstream stage, or raise "
-                    "the checkpoint timeout"
+                    f"(sink {self.upstream_uid!r}) after {config.timeout:g} s; the upstream "
+                    "stage has not completed its next checkpoint. Run the upstream stage, or "
+                    "raise the checkpoint timeout"
                 )
-            time.sleep(poll_s)
+            time.sleep(self.poll_s)
             ends = self.kafka.end_offsets(tps)
-        found = {tp: marker for tp, marker in markers.items() if marker is not None}
-        epochs = sorted({marker.epoch for marker in found.values()})
+        found = {tp: m for tp, m in markers.items() if m is not None}
+        epochs = sorted({m.epoch for m in found.values()})
         if len(epochs) > 1:
+            by_channel = ", ".join(f"{tp}: {m.epoch}" for tp, m in sorted(found.items()))
             raise NotAligned(
-                f"stage input of {self.upstream!r}: the channels' next markers end different "
-                f"epochs {epochs} ({', '.join(f'{tp}: {m.epoch}' for tp, m in sorted(found.items()))}); "
-                "the internal topic was written by two runs of the upstream stage. Restore both "
-                "stages from one global savepoint"
+                f"stage input of {self.upstream!r}: the channels' markers end different "
+                f"epochs {epochs} ({by_channel}); the internal topic was written by two runs "
+                "of the upstream stage. Restore both stages from one global savepoint"
             )
-        times = [marker.timestamp_ms for marker in found.values()]
-        now_ms = int(time.time() * 1000)
+        times = [m.timestamp_ms for m in found.values()]
+        cut = {tp: found[tp].offset + 1 if tp in found else ends[tp] for tp in tps}
         stats = {
-            "upstream": self.upstream,
-            "epoch": epochs[0] if epochs else None,
-            "channels": len(found),
-            "alignment_duration_ms": max(times) - min(times) if times else 0,
-            "start_delay_ms": max(0, now_ms - min(times)) if times else 0,
+            "mode": "unaligned" if unaligned else "aligned",
+            "unaligned": unaligned,
+            "epoch": epochs[0],
+            "channels": len(tps),
+            "alignment_duration_ms": max(times) - min(times),
+            "start_delay_ms": max(0, int(time.time() * 1000) - min(times)),
             "waited_ms": int((time.monotonic() - started) * 1000),
-            "unaligned": False,
+            "inflight": [
+                {"channel": str(tp), "from": ends[tp], "until_marker": epochs[0]}
+                for tp in sorted(tps)
+                if tp not in found
+            ],
+            "persisted_inflight_bytes": 0,
         }
-        return {tp: marker.offset + 1 for tp, marker in found.items()}, stats
+        if unaligned and not config.unaligned:
+            stats["switched"] = f"aligned_timeout {config.aligned_timeout:g} s"
+        return cut, stats
 
-    def _first_marker(self, split: Split) -> ChannelMarker | None:
+    def _starts(
+        self, ends: Mapping[TopicPartition, int], starts: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        new = [tp for tp in ends if tp not in starts]
+        beginning = self.kafka.beginning_offsets(new) if new else {}
+        return {tp: starts[tp] if tp in starts else beginning[tp] for tp in ends}
+
+    def _first_marker(self, split: Split, min_epoch: int) -> ChannelMarker | None:
         bootstrap = self.kafka.bootstrap_servers
-        for record in read_split(bootstrap, split, timeout_s=self.timeout_s):
+        for record in read_split(bootstrap, split, timeout_s=self.read_timeout_s):
             marker = marker_of(record.headers)
-            if marker and marker.stage == self.upstream and marker.uid == self.upstream_uid:
+            if (
+                marker is not None
+                and marker.stage == self.upstream
+                and marker.uid == self.upstream_uid
+                and marker.epoch >= min_epoch
+            ):
                 return ChannelMarker(record.offset, marker.epoch, record.timestamp_ms)
         return None

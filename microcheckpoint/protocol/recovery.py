@@ -145,9 +145,7 @@ def start_epoch(
     align = getattr(offsets, "align", None)  # a stage input waits for the upstream's markers
     limit = getattr(offsets, "limit_ends", None)  # a file source caps and orders its ranges
     if align is not None:
-        ends, labels["alignment"] = align(
-            ends, coordinator.start_point(view).offsets, config.timeout
-        )
+        ends, labels["alignment"] = align(ends, coordinator.start_point(view).offsets, config)
     elif limit is not None:
         ends = limit(ends, coordinator.start_point(view).offsets)
     pending = coordinator.trigger(

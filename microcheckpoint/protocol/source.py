@@ -4,7 +4,7 @@
 implements it for Kafka (and Tansu), ``adapters.file_offsets.FileOffsets`` for a folder of
 files (and ``HybridOffsets`` for files, then Kafka). A port may also have
 ``limit_ends(ends, starts)`` (cap or hold back ranges), ``files_of(tp, start, end, after)``
-(name the files of a range) and ``align(ends, starts, timeout_s)`` (wait for an upstream
+(name the files of a range) and ``align(ends, starts, config)`` (wait for an upstream
 stage's barrier markers, cut the ranges there, give the alignment statistics); the recovery
 path uses them when present. Pure: no client here.
 """

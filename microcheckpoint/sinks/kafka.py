@@ -181,6 +181,10 @@ class KafkaSink(Sink):
 
     # -- encoding ----------------------------------------------------------------------------
 
+    def _target(self, row: Row, key: bytes | None, part: int, index: int) -> int:
+        """The partition row ``index`` of part ``part`` goes to (``key`` is its encoded key)."""
+        return self._partition_for(key, part, index)
+
     def _partition_for(self, key: bytes | None, part: int, index: int) -> int:
         basis = key if key is not None else f"{part}:{index}".encode()
         digest = hashlib.blake2b(basis, digest_size=8).digest()
@@ -228,7 +232,7 @@ class KafkaSink(Sink):
         for part, rows in enumerate(parts):
             for index, row in enumerate(rows):
                 key, value = self._encode(row)
-                records = plan.setdefault(self._partition_for(key, part, index), [])
+                records = plan.setdefault(self._target(row, key, part, index), [])
                 records.append((len(records), key, value))
         return plan
 
@@ -344,7 +348,7 @@ class KafkaSink(Sink):
             for index, row in enumerate(rows):
                 key, value = self._encode(row)
                 seq = part * AT_LEAST_ONCE_PART_STRIDE + index
-                partition = self._partition_for(key, part, index)
+                partition = self._target(row, key, part, index)
                 futures.append(
                     self._send(producer, partition, key, value, self._headers(epoch, seq))
                 )

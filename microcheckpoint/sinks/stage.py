@@ -11,6 +11,9 @@ tail dedup, docs/sinks.md) with two differences:
   with parallelism ``P`` reads one partition per subtask (Flink's keyBy between stages);
 - every partition ends each epoch with a barrier marker (``protocol.markers``), also when the
   epoch wrote no row there, so downstream knows where epoch ``n`` ends in every channel.
+
+In AT_LEAST_ONCE the rows are written while the epoch runs and no marker is written: the
+downstream stage, in AT_LEAST_ONCE too, does not align.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 from microcheckpoint.errors import ConfigError, KafkaSinkError
 from microcheckpoint.protocol.markers import MARKER_HEADER
-from microcheckpoint.sinks.base import EpochInfo, Row
+from microcheckpoint.sinks.base import Row
 from microcheckpoint.sinks.kafka import KafkaSink
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.keygroups import key_group_for, subtask_for_key_group
@@ -56,7 +59,11 @@ class StageSink(KafkaSink):
     ) -> None:
         if not isinstance(key, str) or not key:
             raise ConfigError("key", key, "the name of the column that keys the rows")
-        if not isinstance(max_parallelism, int) or not 1 <= partitions <= max_parallelism:
+        if (
+            not isinstance(partitions, int)
+            or not isinstance(max_parallelism, int)
+            or not 1 <= partitions <= max_parallelism
+        ):
             raise ConfigError(
                 "partitions",
                 partitions,
@@ -68,7 +75,8 @@ class StageSink(KafkaSink):
         )  # fmt: skip
         self.max_parallelism = max_parallelism
 
-    def _partition_of_row(self, row: Row) -> int:
+    def _target(self, row: Row, key: bytes | None, part: int, index: int) -> int:
+        """The partition that owns the key group of the row's key."""
         try:
             value = row[self.key_column]
         except KeyError:
@@ -80,15 +88,11 @@ class StageSink(KafkaSink):
         return subtask_for_key_group(self.max_parallelism, self._count(), group)
 
     def _plan(self, parts: Sequence[Sequence[Row]]) -> dict[int, list[Any]]:
-        """Records per partition by key group, numbered 0.., then one marker in every
-        partition, numbered after the partition's records."""
-        plan: dict[int, list[Any]] = {p: [] for p in range(self._count())}
-        for rows in parts:
-            for row in rows:
-                key, value = self._encode(row)
-                records = plan[self._partition_of_row(row)]
-                records.append((len(records), key, value))
-        for records in plan.values():
+        """The rows by key group, numbered 0.. per partition, then one marker in every
+        partition, numbered after the partition's rows."""
+        plan = super()._plan(parts)
+        for partition in range(self._count()):
+            records = plan.setdefault(partition, [])
             records.append((len(records), None, _MARKER_VALUE))
         return plan
 
@@ -104,9 +108,3 @@ class StageSink(KafkaSink):
             epoch = dict(headers)["mcp-epoch"]
             headers = [*headers, (MARKER_HEADER, epoch)]
         return super()._send(producer, partition, key, value, headers)
-
-    def write_at_least_once(self, epoch: EpochInfo, part: int, rows: Sequence[Row]) -> None:
-        raise KafkaSinkError(
-            f"stage sink {self.uid!r}: AT_LEAST_ONCE is not supported by stage sinks yet; "
-            "run the upstream stage with mode EXACTLY_ONCE"
-        )

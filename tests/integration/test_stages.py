@@ -61,6 +61,10 @@ def _markers(records: list[tuple[dict, bytes | None]]) -> list[int]:
     ]
 
 
+def _mode(**values) -> CheckpointConfig:
+    return CheckpointConfig.from_mapping({"pipeline": "down", "storage": "file:///x", **values})
+
+
 def test_each_stage_two_epoch_holds_exactly_one_stage_one_epoch(
     spark, kafka_bootstrap, tmp_path
 ) -> None:
@@ -186,7 +190,7 @@ def test_a_channel_without_its_marker_is_held_back(kafka_bootstrap) -> None:
         assert StageOffsets(kafka, "up", "other").limit_ends(ends, {}) == {tps[0]: 0, tps[1]: 0}
         # Aligning waits for partition 1's marker: not within 1 s, named in the error...
         with pytest.raises(NotAligned, match=rf"channels {topic}:1 have no barrier marker"):
-            offsets.align(ends, {}, timeout_s=1)
+            offsets.align(ends, {}, _mode(timeout=1))
         # ...then it comes, 0.5 s after the first one: both ranges end just after their
         # markers, and the alignment took as long as the markers were apart.
         producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
@@ -194,7 +198,195 @@ def test_a_channel_without_its_marker_is_held_back(kafka_bootstrap) -> None:
         send(1, b"", marker=True)
         producer.flush()
         producer.close()
-        cut, stats = offsets.align(ends, {}, timeout_s=10)
+        cut, stats = offsets.align(ends, {}, _mode(timeout=10))
         assert cut == {tps[0]: 4, tps[1]: 4}
         assert stats["epoch"] == 7 and stats["channels"] == 2 and stats["unaligned"] is False
         assert 500 <= stats["alignment_duration_ms"] <= stats["start_delay_ms"]
+        assert stats["inflight"] == [] and stats["mode"] == "aligned"
+
+
+class Channels:
+    """Writes an internal topic by hand, as stage ``up``'s sink ``to-down`` would: rows of
+    ``{"key": k}`` and barrier markers, partition by partition, so a test can make one
+    channel slow."""
+
+    def __init__(self, bootstrap: str, partitions: int = 2) -> None:
+        self.topic = f"stage-hand-{uuid.uuid4().hex[:6]}"
+        self.bootstrap = bootstrap
+        with KafkaOffsets(bootstrap) as kafka:
+            kafka.create_topic(self.topic, partitions)
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap)
+        self.rows: Counter[str] = Counter()
+        self.tps = [TopicPartition(self.topic, p) for p in range(partitions)]
+
+    def _headers(self, epoch: int) -> list[tuple[str, bytes]]:
+        return [("mcp-pipeline", b"up"), ("mcp-uid", b"to-down"), ("mcp-epoch", b"%d" % epoch)]
+
+    def rows_to(self, partition: int, epoch: int, keys: list[str]) -> None:
+        for key in keys:
+            value = json.dumps({"key": key}).encode()
+            self.producer.send(
+                self.topic, value=value, partition=partition, headers=self._headers(epoch)
+            )
+            self.rows[key] += 1
+        self.producer.flush()
+
+    def marker(self, partition: int, epoch: int) -> None:
+        headers = [*self._headers(epoch), ("mcp-marker", b"%d" % epoch)]
+        self.producer.send(self.topic, value=b"", partition=partition, headers=headers)
+        self.producer.flush()
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def test_unaligned_aligned_timeout_and_at_least_once_cut_the_channels(kafka_bootstrap) -> None:
+    channels = Channels(kafka_bootstrap)
+    p0, p1 = channels.tps
+    try:
+        # Epoch 7: partition 0 delivered its rows and its marker, partition 1 only rows.
+        channels.rows_to(0, 7, ["a", "b", "c"])
+        channels.marker(0, 7)
+        channels.rows_to(1, 7, ["d", "e", "f"])
+        with KafkaOffsets(kafka_bootstrap) as kafka:
+            offsets = StageOffsets(kafka, "up", "to-down")
+            ends = kafka.end_offsets(channels.tps)
+            assert ends == {p0: 4, p1: 3}
+            # Unaligned: no wait; partition 1 is read as far as it is and owes the rest.
+            started = time.monotonic()
+            cut, stats = offsets.align(ends, {}, _mode(unaligned=True, timeout=30))
+            assert time.monotonic() - started < 5
+            assert cut == {p0: 4, p1: 3}
+            assert stats["mode"] == "unaligned" and stats["unaligned"] is True
+            assert stats["epoch"] == 7 and "switched" not in stats
+            assert stats["inflight"] == [{"channel": str(p1), "from": 3, "until_marker": 7}]
+            assert stats["persisted_inflight_bytes"] == 0
+            # Aligned with aligned_timeout: waits 0.5 s for partition 1, then switches.
+            cut, stats = offsets.align(ends, {}, _mode(aligned_timeout="500ms", timeout=30))
+            assert cut == {p0: 4, p1: 3} and stats["unaligned"] is True
+            assert stats["switched"] == "aligned_timeout 0.5 s" and stats["waited_ms"] >= 500
+            # At-least-once: no alignment, everything there is.
+            cut, stats = offsets.align(ends, {}, _mode(mode="AT_LEAST_ONCE"))
+            assert cut == ends and stats["mode"] == "at_least_once"
+            # Epoch 8 everywhere; partition 1 also delivers the rest of epoch 7 and its
+            # marker. The next checkpoint starts where the unaligned one ended: partition 1
+            # skips marker 7 and both channels end at marker 8 (aligned again).
+            channels.rows_to(1, 7, ["g"])
+            channels.marker(1, 7)
+            for partition in (0, 1):
+                channels.rows_to(partition, 8, ["h"])
+                channels.marker(partition, 8)
+            ends = kafka.end_offsets(channels.tps)
+            cut, stats = offsets.align(ends, {p0: 4, p1: 3}, _mode(timeout=10))
+            assert cut == {p0: 6, p1: 7} == ends
+            assert stats["mode"] == "aligned" and stats["epoch"] == 8 and stats["inflight"] == []
+    finally:
+        channels.close()
+
+
+def test_unaligned_stage_counts_every_row_exactly_once(spark, kafka_bootstrap, tmp_path) -> None:
+    # Stage 2 counts rows per key, unaligned, while channel 1 lags a marker behind channel 0
+    # in every epoch; its rows arrive after stage 2's checkpoint. Every row is counted once.
+    channels = Channels(kafka_bootstrap)
+    name = f"unal{uuid.uuid4().hex[:6]}"
+    pipeline = Pipeline(
+        name,
+        StageSource(
+            "in",
+            [channels.topic],
+            value_format="json",
+            schema={"key": "string"},
+            upstream="up",
+            upstream_uid="to-down",
+        ),
+    ).then(running_sum("counts", key="key"))
+    store = FileStore(f"file://{tmp_path}/unaligned")
+    config = CheckpointConfig.from_mapping(
+        {"pipeline": name, "storage": store.url, "unaligned": True, "timeout": 30, "retained": 9}
+    )
+    try:
+        lagging: list[str] = []
+        for epoch in range(1, 5):
+            keys = [f"k{(epoch * 3 + i) % 5}" for i in range(6)]
+            channels.rows_to(0, epoch, keys[:3])
+            channels.marker(0, epoch)
+            channels.rows_to(1, epoch, keys[3:5])
+            if lagging:  # the previous epoch's marker of channel 1 comes late
+                channels.marker(1, epoch - 1)
+            done = run_cycle(
+                spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2
+            )
+            assert done.checkpoint_id.value == epoch
+            channels.rows_to(1, epoch, keys[5:])  # after the checkpoint: in flight
+            lagging.append(keys[5])
+        channels.marker(1, 4)
+        for partition in (0, 1):
+            channels.rows_to(partition, 5, ["k9"])
+            channels.marker(partition, 5)
+        aligned = CheckpointConfig.from_mapping(
+            {"pipeline": name, "storage": store.url, "timeout": 30, "retained": 9}
+        )
+        run_cycle(spark, pipeline, aligned, store, bootstrap=kafka_bootstrap, parallelism=2)
+        assert read_keyed_state(store, name, "counts") == dict(channels.rows)
+        view = CheckpointCoordinator(store, config).view()
+        labels = [view.pending_record(cid).labels["alignment"] for cid in view.completed]
+        assert [a["unaligned"] for a in labels] == [True, True, True, True, False]
+        assert [a["epoch"] for a in labels] == [1, 2, 3, 4, 5]
+        p1 = str(channels.tps[1])
+        assert [[(i["channel"], i["until_marker"]) for i in a["inflight"]] for a in labels] == [
+            [(p1, 1)],
+            [(p1, 2)],
+            [(p1, 3)],
+            [(p1, 4)],
+            [],
+        ]
+    finally:
+        channels.close()
+
+
+def test_at_least_once_stages_write_no_markers_and_lose_nothing(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    from examples.wordcount import produce
+
+    tag = uuid.uuid4().hex[:6]
+    source_topic, internal = f"alo-in-{tag}", f"alo-mid-{tag}"
+    produce(kafka_bootstrap, source_topic, LINES)
+    s1, s2 = f"alo1{tag}", f"alo2{tag}"
+    sink = StageSink("to-s2", kafka_bootstrap, internal, key="key", partitions=2)
+    first = (
+        Pipeline(s1, KafkaSource("lines", [source_topic], value_format="text"))
+        .then(lambda df: df.select(F.explode(F.split("value", r"\s+")).alias("word")))
+        .then(lambda df: df.where("word != ''"))
+        .then(running_sum("counts", key="word"))
+        .then(sink)
+    )
+    second = Pipeline(
+        s2,
+        StageSource(
+            "from-s1",
+            [internal],
+            value_format="json",
+            schema={"key": "string", "total": "long"},
+            upstream=s1,
+            upstream_uid="to-s2",
+        ),
+    ).then(running_max("maxes", key="key", value="total"))
+    store1, store2 = FileStore(f"file://{tmp_path}/a1"), FileStore(f"file://{tmp_path}/a2")
+    sink.open()
+    for pipeline, store, name in ((first, store1, s1), (second, store2, s2)):
+        config = CheckpointConfig.from_mapping(
+            {"pipeline": name, "storage": store.url, "mode": "AT_LEAST_ONCE", "retained": 5}
+        )
+        for _ in range(2):
+            run_cycle(spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2)
+    records = _internal(kafka_bootstrap, internal)
+    rows = [json.loads(v) for part in records.values() for h, v in part]
+    assert all("mcp-marker" not in h for part in records.values() for h, _ in part)
+    # One epoch held all the input and nothing was replayed: one row per word, its count.
+    assert sorted((r["key"], r["total"]) for r in rows) == sorted(TRUTH.items())
+    # Stage 2 read everything there was without aligning: every word's final count.
+    assert read_keyed_state(store2, s2, "maxes") == dict(TRUTH)
+    view = CheckpointCoordinator(store2, _config(store2, s2, None)).view()
+    alignment = view.pending_record(view.completed[-1]).labels["alignment"]
+    assert alignment["mode"] == "at_least_once"

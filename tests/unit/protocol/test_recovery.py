@@ -153,8 +153,8 @@ class AligningOffsets(MemoryOffsets):
         self.markers = markers
         self.asked: list[tuple[dict, dict, float]] = []
 
-    def align(self, ends, starts, timeout_s):
-        self.asked.append((dict(ends), dict(starts), timeout_s))
+    def align(self, ends, starts, config):
+        self.asked.append((dict(ends), dict(starts), config.timeout))
         if any(m is None for m in self.markers.values()):
             raise NotAligned("channels events:1 have no barrier marker")
         return {tp: m + 1 for tp, m in self.markers.items()}, {"epoch": 3, "unaligned": False}
