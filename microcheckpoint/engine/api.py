@@ -38,6 +38,8 @@ __all__ = [
     "KeyedOperator",
     "Pipeline",
     "StageSource",
+    "UnionSource",
+    "co_keyed",
     "running_max",
     "running_min",
     "running_sum",
@@ -174,7 +176,39 @@ class HybridSource:
         return (*self.files.topics, *self.kafka.topics)
 
 
-Source = KafkaSource | FileSource | HybridSource
+@dataclass(frozen=True)
+class UnionSource:
+    """Several Kafka inputs (sources or stage sources) read as one, for a fan-in stage.
+
+    One source operator (``uid``) whose offsets are every input's partitions. Rows carry
+    ``input``, the uid of the input they came from, and every input's columns (missing ones
+    are null), so a two-input keyed operator (``co_keyed``) can tell left from right. Stage
+    inputs align each on its own upstream's markers.
+    """
+
+    uid: str
+    inputs: Sequence[KafkaSource]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uid", _uid("source", self.uid))
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        if len(self.inputs) < 2 or not all(isinstance(i, KafkaSource) for i in self.inputs):
+            raise ConfigError(
+                "inputs", self.inputs, "two or more KafkaSource or StageSource inputs"
+            )
+        uids = [i.uid for i in self.inputs]
+        if len(set(uids)) != len(uids):
+            raise ConfigError("inputs", uids, "inputs with distinct uids")
+        topics = [t for i in self.inputs for t in i.topics]
+        if len(set(topics)) != len(topics):
+            raise ConfigError("inputs", topics, "inputs that read distinct topics")
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(t for i in self.inputs for t in i.topics)
+
+
+Source = KafkaSource | FileSource | HybridSource | UnionSource
 
 
 @dataclass(frozen=True)
@@ -231,6 +265,46 @@ class KeyedOperator:
         check_backend(self.state_backend)
         if self.state_ttl_s is not None and self.state_ttl_s <= 0:
             raise ConfigError("state_ttl_s", self.state_ttl_s, "a duration > 0 or None")
+
+
+# fn(key, left rows, right rows, state) -> (outputs, new state), as KeyedFunction.
+CoKeyedFunction = Callable[
+    [Any, list[dict[str, Any]], list[dict[str, Any]], Any], tuple[list[dict[str, Any]], Any]
+]
+
+
+@dataclass(frozen=True)
+class _CoFunction:
+    """A two-input function as a keyed function: the rows are split by their ``input``."""
+
+    fn: CoKeyedFunction
+    left: str
+    right: str
+
+    def __call__(
+        self, key: Any, rows: list[dict[str, Any]], state: Any
+    ) -> tuple[list[dict[str, Any]], Any]:
+        left = [r for r in rows if r.get("input") == self.left]
+        right = [r for r in rows if r.get("input") == self.right]
+        return self.fn(key, left, right, state)
+
+
+def co_keyed(
+    uid: str,
+    key: str,
+    fn: CoKeyedFunction,
+    output_schema: str,
+    left: str,
+    right: str,
+    **options: Any,
+) -> KeyedOperator:
+    """A two-input keyed operator (Flink's ``KeyedCoProcessFunction``) after a
+    ``UnionSource``: ``fn(key, left_rows, right_rows, state)``, where the left rows came from
+    input ``left`` and the right rows from input ``right`` (their uids), each in source order.
+    One state per key, shared by both sides, e.g. a join of bids with auctions."""
+    if left == right:
+        raise ConfigError("right", right, "an input other than the left one")
+    return KeyedOperator(uid, key, _CoFunction(fn, left, right), output_schema, **options)
 
 
 def _running_sum_fn(value: str | None) -> KeyedFunction:

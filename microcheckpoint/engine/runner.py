@@ -35,6 +35,7 @@ from microcheckpoint.engine.api import (
     KeyedOperator,
     Pipeline,
     StageSource,
+    UnionSource,
 )
 from microcheckpoint.engine.filescan import file_frame
 from microcheckpoint.engine.keyed import (
@@ -117,7 +118,13 @@ def _kafka_frame(
     from microcheckpoint.protocol.barrier import Barrier
 
     _, ddl = kafka_schema(source.value_format, source.schema)
-    kafka = Barrier({tp: r for tp, r in plan.barrier.ranges.items() if tp not in plan.files})
+    kafka = Barrier(
+        {
+            tp: r
+            for tp, r in plan.barrier.ranges.items()
+            if tp not in plan.files and tp.topic in source.topics
+        }
+    )
     splits = split_ranges(kafka, source.max_records_per_split)
     if not splits:
         return spark.createDataFrame([], ddl)
@@ -142,6 +149,14 @@ def _source(
         return _kafka_frame(spark, source, plan, bootstrap, faults)
     if isinstance(source, FileSource):
         return file_frame(spark, source, _file_names(source, plan), options, faults)
+    if isinstance(source, UnionSource):
+        from pyspark.sql import functions as F
+
+        frames = [
+            _kafka_frame(spark, i, plan, bootstrap, faults).withColumn("input", F.lit(i.uid))
+            for i in source.inputs
+        ]
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     files = file_frame(spark, source.files, _file_names(source.files, plan), options, faults)
     kafka = _kafka_frame(spark, source.kafka, plan, bootstrap, faults)
     return files.unionByName(kafka, allowMissingColumns=True)

@@ -228,11 +228,12 @@ class FileReader:
 
 
 def source_offsets(source: Any, kafka: Any, store_options: dict[str, Any] | None = None) -> Any:
-    """The protocol's source port for ``source``: Kafka's offsets, a folder's, both, or an
-    internal topic's (cut at the upstream stage's markers)."""
+    """The protocol's source port for ``source``: Kafka's offsets, a folder's, both, an
+    internal topic's (cut at the upstream stage's markers), or several inputs'."""
     from microcheckpoint.adapters.file_offsets import FileOffsets, HybridOffsets
     from microcheckpoint.adapters.stage_offsets import StageOffsets
-    from microcheckpoint.engine.api import FileSource, HybridSource, StageSource
+    from microcheckpoint.adapters.union_offsets import UnionOffsets
+    from microcheckpoint.engine.api import FileSource, HybridSource, StageSource, UnionSource
     from microcheckpoint.storage import open_store
 
     def folder(files: FileSource) -> FileOffsets:
@@ -245,4 +246,8 @@ def source_offsets(source: Any, kafka: Any, store_options: dict[str, Any] | None
         return HybridOffsets(folder(source.files), kafka)
     if isinstance(source, StageSource):
         return StageOffsets(kafka, source.upstream, source.upstream_uid)
+    if isinstance(source, UnionSource):
+        return UnionOffsets(
+            {i.uid: (i.topics, source_offsets(i, kafka, store_options)) for i in source.inputs}
+        )
     return kafka

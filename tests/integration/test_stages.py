@@ -20,8 +20,17 @@ from pyspark.sql import functions as F
 
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.stage_offsets import StageOffsets
+from microcheckpoint.adapters.union_offsets import UnionOffsets
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.engine import KafkaSource, Pipeline, StageSource, running_max, running_sum
+from microcheckpoint.engine import (
+    KafkaSource,
+    Pipeline,
+    StageSource,
+    UnionSource,
+    co_keyed,
+    running_max,
+    running_sum,
+)
 from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.engine.sinkstage import sink_publisher
 from microcheckpoint.errors import NotAligned
@@ -210,8 +219,9 @@ class Channels:
     ``{"key": k}`` and barrier markers, partition by partition, so a test can make one
     channel slow."""
 
-    def __init__(self, bootstrap: str, partitions: int = 2) -> None:
+    def __init__(self, bootstrap: str, partitions: int = 2, upstream: str = "up") -> None:
         self.topic = f"stage-hand-{uuid.uuid4().hex[:6]}"
+        self.upstream = upstream
         self.bootstrap = bootstrap
         with KafkaOffsets(bootstrap) as kafka:
             kafka.create_topic(self.topic, partitions)
@@ -220,7 +230,8 @@ class Channels:
         self.tps = [TopicPartition(self.topic, p) for p in range(partitions)]
 
     def _headers(self, epoch: int) -> list[tuple[str, bytes]]:
-        return [("mcp-pipeline", b"up"), ("mcp-uid", b"to-down"), ("mcp-epoch", b"%d" % epoch)]
+        writer = self.upstream.encode()
+        return [("mcp-pipeline", writer), ("mcp-uid", b"to-down"), ("mcp-epoch", b"%d" % epoch)]
 
     def rows_to(self, partition: int, epoch: int, keys: list[str]) -> None:
         for key in keys:
@@ -390,3 +401,101 @@ def test_at_least_once_stages_write_no_markers_and_lose_nothing(
     view = CheckpointCoordinator(store2, _config(store2, s2, None)).view()
     alignment = view.pending_record(view.completed[-1]).labels["alignment"]
     assert alignment["mode"] == "at_least_once"
+
+
+def _join(auction, auctions, bids, state):
+    """Bids joined with their auction: the state keeps the item and the top bid."""
+    state = dict(state or {"item": None, "top": None})
+    for row in auctions:
+        state["item"] = row["item"]
+    for row in bids:
+        state["top"] = max(state["top"] or 0, row["price"])
+    out = []
+    if state["item"] is not None and state["top"] is not None:
+        out.append({"auction": auction, "item": state["item"], "top": state["top"]})
+    return out, state
+
+
+def test_a_two_input_operator_joins_bids_with_auctions(spark, kafka_bootstrap, tmp_path) -> None:
+    from examples.wordcount import produce
+
+    tag = uuid.uuid4().hex[:6]
+    auctions_topic, bids_topic = f"auctions-{tag}", f"bids-{tag}"
+    auctions = [{"auction": a, "item": f"item-{a}"} for a in range(10)]
+    bids = [{"auction": (7 * i) % 12, "price": (i * 37) % 101 + 1} for i in range(60)]
+    # Bids of auctions 10 and 11 have no auction; the first bids come before any auction.
+    produce(kafka_bootstrap, bids_topic, [json.dumps(b) for b in bids[:20]])
+    produce(kafka_bootstrap, auctions_topic, [json.dumps(a) for a in auctions[:5]])
+    name = f"join{tag}"
+    pipeline = Pipeline(
+        name,
+        UnionSource(
+            "in",
+            [
+                KafkaSource("auctions", [auctions_topic], "json", {"auction": "long", "item": "string"}),
+                KafkaSource("bids", [bids_topic], "json", {"auction": "long", "price": "long"}),
+            ],
+        ),
+    ).then(
+        co_keyed("join", "auction", _join, "auction long, item string, top long",
+                 left="auctions", right="bids")
+    )  # fmt: skip
+    store = FileStore(f"file://{tmp_path}/join")
+    config = _config(store, name, 8)
+    outputs: list[dict] = []
+
+    def cycle():
+        done = run_cycle(
+            spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2, collect=True
+        )
+        outputs.extend(done.outputs or [])
+        return done
+
+    for _ in range(3):
+        cycle()
+    produce(kafka_bootstrap, auctions_topic, [json.dumps(a) for a in auctions[5:]], create=False)
+    produce(kafka_bootstrap, bids_topic, [json.dumps(b) for b in bids[20:]], create=False)
+    while cycle().records:
+        pass
+    truth: dict[int, dict] = {}
+    for a in auctions:
+        truth.setdefault(a["auction"], {"item": None, "top": None})["item"] = a["item"]
+    for b in bids:
+        entry = truth.setdefault(b["auction"], {"item": None, "top": None})
+        entry["top"] = max(entry["top"] or 0, b["price"])
+    assert read_keyed_state(store, name, "join") == truth
+    assert set(truth) == set(range(12)) and truth[10]["item"] is None
+    # The last output of each auction is its item and top bid; none without an auction.
+    last = {row["auction"]: (row["item"], row["top"]) for row in outputs}
+    assert last == {a: (t["item"], t["top"]) for a, t in truth.items() if t["item"] and t["top"]}
+
+
+def test_a_fan_in_stage_aligns_each_input_on_its_own_upstream(kafka_bootstrap) -> None:
+    # Upstream A finished its epoch 3 in both channels; upstream B's epoch 9 reached one
+    # channel only. With aligned_timeout, input A is aligned and input B switches.
+    a, b = Channels(kafka_bootstrap, upstream="upA"), Channels(kafka_bootstrap, upstream="upB")
+    try:
+        for partition in (0, 1):
+            a.rows_to(partition, 3, ["x"])
+            a.marker(partition, 3)
+            b.rows_to(partition, 9, ["y", "z"])
+        b.marker(0, 9)
+        with KafkaOffsets(kafka_bootstrap) as kafka:
+            union = UnionOffsets(
+                {
+                    "a": ((a.topic,), StageOffsets(kafka, "upA", "to-down")),
+                    "b": ((b.topic,), StageOffsets(kafka, "upB", "to-down")),
+                }
+            )
+            ends = union.end_offsets([*a.tps, *b.tps])
+            cut, stats = union.align(ends, {}, _mode(aligned_timeout="300ms", timeout=30))
+        assert cut == {a.tps[0]: 2, a.tps[1]: 2, b.tps[0]: 3, b.tps[1]: 2}
+        assert stats["unaligned"] is True
+        assert stats["inputs"]["a"]["mode"] == "aligned" and stats["inputs"]["a"]["epoch"] == 3
+        assert stats["inputs"]["b"]["mode"] == "unaligned" and stats["inputs"]["b"]["epoch"] == 9
+        assert stats["inputs"]["b"]["inflight"] == [
+            {"channel": str(b.tps[1]), "from": 2, "until_marker": 9}
+        ]
+    finally:
+        a.close()
+        b.close()
