@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo demo-engine test test-unit test-e2e lint bench picture clean
+.PHONY: venv demo demo-engine demo-stages test test-unit test-e2e lint bench picture clean
 
 venv: $(STAMP)
 
@@ -28,6 +28,10 @@ demo: $(STAMP)
 # The engine alone (no Airflow): Spark epochs with a kill -9 of one epoch's job.
 demo-engine: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m harness.demo_engine
+
+# Two stages joined by an internal topic: one aligned and one unaligned checkpoint.
+demo-stages: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m harness.demo_stages
 
 # Lint first: CI runs `make test` only, so style is checked there too.
 test: lint

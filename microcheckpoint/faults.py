@@ -8,7 +8,10 @@ variables a test sets for the job it starts (``harness.faults`` builds them):
   that reached the point) at ``<point>``, one of ``POINTS``;
 - ``MICROCHECKPOINT_SLOW_ONCE=<file>``: the first epoch that reaches the slow point sleeps
   for the seconds written in ``<file>`` (``<seconds>``, or ``<pipeline> <seconds>`` for one
-  pipeline only) and removes the file.
+  pipeline only) and removes the file;
+- ``MICROCHECKPOINT_SLOW_CHANNEL=<file>``: a stage sink delays the barrier marker of one
+  internal-topic partition (a slow channel), once: the file holds ``<topic>:<partition>
+  <seconds>`` and is removed when the delay starts.
 
 Unset, every point is a no-op. ``Faults`` is captured on the driver and shipped to the
 executors (it is picklable), so they know which process is the driver.
@@ -24,10 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["CRASH_ENV", "POINTS", "SLOW_ENV", "Faults", "slow_point"]
+__all__ = [
+    "CRASH_ENV",
+    "POINTS",
+    "SLOW_CHANNEL_ENV",
+    "SLOW_ENV",
+    "Faults",
+    "channel_delay",
+    "slow_point",
+]
 
 CRASH_ENV = "MICROCHECKPOINT_CRASH_AT"
 SLOW_ENV = "MICROCHECKPOINT_SLOW_ONCE"
+SLOW_CHANNEL_ENV = "MICROCHECKPOINT_SLOW_CHANNEL"
 # Where a job can be killed, in the order an epoch reaches them.
 POINTS = ("reading", "after_snapshot", "after_acks", "after_metadata")
 
@@ -89,3 +101,19 @@ def slow_point(flag: str | None, pipeline: str) -> None:
     except (FileNotFoundError, ValueError):
         return
     time.sleep(seconds)
+
+
+def channel_delay(topic: str, partition: int) -> float:
+    """Seconds to hold back the marker of ``topic``'s ``partition`` (0 unless
+    ``MICROCHECKPOINT_SLOW_CHANNEL`` names it; the file is removed, so it fires once)."""
+    flag = os.environ.get(SLOW_CHANNEL_ENV)
+    if not flag:
+        return 0.0
+    try:
+        channel, seconds = Path(flag).read_text().split()
+        if channel != f"{topic}:{partition}":
+            return 0.0
+        os.remove(flag)
+        return float(seconds)
+    except (FileNotFoundError, ValueError):
+        return 0.0

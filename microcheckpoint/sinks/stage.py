@@ -18,10 +18,12 @@ downstream stage, in AT_LEAST_ONCE too, does not align.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from microcheckpoint.errors import ConfigError, KafkaSinkError
+from microcheckpoint.faults import channel_delay
 from microcheckpoint.protocol.markers import MARKER_HEADER
 from microcheckpoint.sinks.base import Row
 from microcheckpoint.sinks.kafka import KafkaSink
@@ -107,4 +109,8 @@ class StageSink(KafkaSink):
         if value == _MARKER_VALUE:
             epoch = dict(headers)["mcp-epoch"]
             headers = [*headers, (MARKER_HEADER, epoch)]
+            delay = channel_delay(self.topic, partition)  # a test's slow channel
+            if delay:
+                producer.flush()
+                time.sleep(delay)
         return super()._send(producer, partition, key, value, headers)
