@@ -35,7 +35,7 @@ demo-stages: $(STAMP)
 
 # Lint first: CI runs `make test` only, so style is checked there too.
 test: lint
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 test-e2e: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/e2e $(PYTEST_ARGS)

@@ -122,6 +122,10 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
             kafka.create_topic(TOPIC, PARTITIONS)
         all_lines = lines_for(epochs * lines_per_epoch, seed=7)
         _say("starting Spark (local[2]) ...")
+        from pyspark.sql import SparkSession
+
+        # A session already running in this process (a test's) is shared: leave it running.
+        ours = SparkSession.getActiveSession() is None
         spark = local_spark()
         started_at: dict[int, float] = {}
 
@@ -179,7 +183,8 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
                         f"({result.records} lines)"
                     )
         finally:
-            spark.stop()
+            if ours:
+                spark.stop()
         counts = read_keyed_state(store, pipeline.name, "word-counts")
         truth = Counter(w for line in all_lines for w in line.split())
         published = read_committed(sink_target, pipeline.name, "word-totals")
