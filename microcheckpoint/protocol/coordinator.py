@@ -55,6 +55,7 @@ from microcheckpoint.protocol.records import (
     read,
 )
 from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_retention
+from microcheckpoint.protocol.statistics import checkpoint_statistics
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
@@ -477,6 +478,7 @@ class CheckpointCoordinator:
                 f"checkpoint {cid} lacks acks from {sorted(map(str, pending.missing))}"
             )
         record = view.pending_record(cid)
+        completed_ms = self.now_ms()
         meta = CheckpointMetadata(
             pipeline=self.config.pipeline,
             checkpoint_id=cid,
@@ -484,10 +486,18 @@ class CheckpointCoordinator:
             barrier=record.barrier,
             acks=dict(pending.acks),
             trigger_time_ms=pending.trigger_time_ms,
-            completed_time_ms=self.now_ms(),
+            completed_time_ms=completed_ms,
             config=self.config.to_mapping(),
             base=None if record.base is None else record.base.value,
             writer=self.token,
+            statistics=checkpoint_statistics(
+                cid,
+                pending.acks,
+                record.labels,
+                pending.trigger_time_ms,
+                completed_ms,
+                self.layout.chk(cid),
+            ),
         )
         key = self.layout.metadata(cid)
         if write_once(self.store, key, encode_metadata(meta)) is WriteOutcome.CONFLICT:

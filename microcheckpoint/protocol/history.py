@@ -2,7 +2,8 @@
 
 Read from storage like everything else: one row per checkpoint still in storage (id,
 status, abort reason, attempt, trigger and end times, duration, records, state size,
-offset ranges, and the labels the trigger recorded, e.g. the Airflow run), plus the
+offset ranges, the labels the trigger recorded, e.g. the Airflow run, and a completed one's
+statistics from ``_metadata``, see ``protocol.statistics``), plus the
 pipeline's savepoints, its restore marker and whether triggering is stopped.
 """
 
@@ -54,6 +55,7 @@ def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
             end_time_ms=meta.completed_time_ms,
             state_bytes=meta.state_size,
             attempt=meta.attempt,
+            statistics=dict(meta.statistics),
         )
     if row.get("end_time_ms") is not None:
         row["duration_ms"] = int(row["end_time_ms"]) - row["trigger_time_ms"]

@@ -343,6 +343,14 @@ def test_unaligned_stage_counts_every_row_exactly_once(spark, kafka_bootstrap, t
         labels = [view.pending_record(cid).labels["alignment"] for cid in view.completed]
         assert [a["unaligned"] for a in labels] == [True, True, True, True, False]
         assert [a["epoch"] for a in labels] == [1, 2, 3, 4, 5]
+        # The same statistics go into _metadata, for the stage and each of its subtasks.
+        for cid in view.completed:
+            statistics = view.metadata(cid).statistics
+            assert statistics["alignment"] == view.pending_record(cid).labels["alignment"]
+            assert set(statistics["subtasks"]) == {"in#0", "counts#0", "counts#1"}
+            for subtask in statistics["subtasks"].values():
+                assert subtask["unaligned"] is statistics["alignment"]["unaligned"]
+                assert subtask["persisted_inflight_bytes"] == 0
         p1 = str(channels.tps[1])
         assert [[(i["channel"], i["until_marker"]) for i in a["inflight"]] for a in labels] == [
             [(p1, 1)],

@@ -51,6 +51,9 @@ class CheckpointMetadata:
     relative: bool = False
     base: int | None = None
     writer: str = ""
+    # Flink's checkpoint statistics (``protocol.statistics``); empty in savepoints and in
+    # checkpoints written before statistics existed.
+    statistics: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def offsets(self) -> dict[TopicPartition, int]:
@@ -89,6 +92,7 @@ def encode_metadata(meta: CheckpointMetadata) -> bytes:
         "relative": meta.relative,
         "base": meta.base,
         "writer": meta.writer,
+        "statistics": dict(meta.statistics),
     }
     return json.dumps(body, indent=1, sort_keys=True).encode()
 
@@ -132,6 +136,7 @@ def decode_metadata(data: bytes, source: str) -> CheckpointMetadata:
             relative=bool(body.get("relative", False)),
             base=body.get("base"),
             writer=str(body.get("writer", "")),
+            statistics=dict(body.get("statistics") or {}),
         )
     except (KeyError, TypeError, ValueError, AttributeError, MetadataFormatError) as exc:
         problem = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
