@@ -168,6 +168,9 @@ def run_epoch_job(
     storage: str,
     crash_at: str | None = None,
     remote: str | None = None,
+    pipeline: str = "tests.integration.crash_pipeline:pipeline",
+    config: dict | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> Run:
     """One ``run_epoch.py`` cycle (local Spark, or a client of the Connect server ``remote``);
     waits (bounded) for its whole session to exit, then kills whatever is left.
@@ -178,6 +181,7 @@ def run_epoch_job(
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "CRASH_TOPIC": topic,
+        **(env_extra or {}),
     }
     env.pop(CRASH_ENV, None)
     if crash_at is not None:
@@ -186,7 +190,7 @@ def run_epoch_job(
         sys.executable,
         "spark_jobs/run_epoch.py",
         "--pipeline",
-        "tests.integration.crash_pipeline:pipeline",
+        pipeline,
         "--storage",
         storage,
         "--bootstrap",
@@ -194,7 +198,7 @@ def run_epoch_job(
         "--parallelism",
         "2",
         "--config",
-        json.dumps(CONFIG),
+        json.dumps(CONFIG if config is None else config),
     ]
     if remote is not None:
         cmd += ["--remote", remote]
