@@ -40,6 +40,7 @@ __all__ = [
 CRASH_ENV = "MICROCHECKPOINT_CRASH_AT"
 SLOW_ENV = "MICROCHECKPOINT_SLOW_ONCE"
 SLOW_CHANNEL_ENV = "MICROCHECKPOINT_SLOW_CHANNEL"
+_sleep = time.sleep  # the slow point's own sleep (tests replace this, not time.sleep)
 # Where a job can be killed, in the order an epoch reaches them.
 POINTS = ("reading", "after_snapshot", "after_acks", "after_metadata")
 
@@ -100,7 +101,7 @@ def slow_point(flag: str | None, pipeline: str) -> None:
         os.remove(flag)
     except (FileNotFoundError, ValueError):
         return
-    time.sleep(seconds)
+    _sleep(seconds)
 
 
 def channel_delay(topic: str, partition: int) -> float:
