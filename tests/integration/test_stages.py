@@ -74,16 +74,16 @@ def _mode(**values) -> CheckpointConfig:
     return CheckpointConfig.from_mapping({"pipeline": "down", "storage": "file:///x", **values})
 
 
-def test_each_stage_two_epoch_holds_exactly_one_stage_one_epoch(
-    spark, kafka_bootstrap, tmp_path
-) -> None:
+def _word_stages(bootstrap: str, prefix: str):
+    """Stage 1 counts the words of LINES (a fresh topic) into an internal topic; stage 2
+    keeps each word's largest total. Returns both names and pipelines, the sink, the topic."""
     from examples.wordcount import produce
 
     tag = uuid.uuid4().hex[:6]
-    source_topic, internal = f"stage-in-{tag}", f"stage-mid-{tag}"
-    produce(kafka_bootstrap, source_topic, LINES)
-    s1, s2 = f"s1{tag}", f"s2{tag}"
-    sink = StageSink("to-s2", kafka_bootstrap, internal, key="key", partitions=2)
+    source_topic, internal = f"{prefix}-in-{tag}", f"{prefix}-mid-{tag}"
+    produce(bootstrap, source_topic, LINES)
+    s1, s2 = f"{prefix}1{tag}", f"{prefix}2{tag}"
+    sink = StageSink("to-s2", bootstrap, internal, key="key", partitions=2)
     first = (
         Pipeline(s1, KafkaSource("lines", [source_topic], value_format="text"))
         .then(lambda df: df.select(F.explode(F.split("value", r"\s+")).alias("word")))
@@ -102,6 +102,13 @@ def test_each_stage_two_epoch_holds_exactly_one_stage_one_epoch(
             upstream_uid="to-s2",
         ),
     ).then(running_max("maxes", key="key", value="total"))
+    return s1, s2, first, second, sink, internal
+
+
+def test_each_stage_two_epoch_holds_exactly_one_stage_one_epoch(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    s1, s2, first, second, sink, internal = _word_stages(kafka_bootstrap, "s")
     store1, store2 = FileStore(f"file://{tmp_path}/s1"), FileStore(f"file://{tmp_path}/s2")
     config1, config2 = _config(store1, s1, 4), _config(store2, s2, None)
     sink.open()
@@ -366,31 +373,7 @@ def test_unaligned_stage_counts_every_row_exactly_once(spark, kafka_bootstrap, t
 def test_at_least_once_stages_write_no_markers_and_lose_nothing(
     spark, kafka_bootstrap, tmp_path
 ) -> None:
-    from examples.wordcount import produce
-
-    tag = uuid.uuid4().hex[:6]
-    source_topic, internal = f"alo-in-{tag}", f"alo-mid-{tag}"
-    produce(kafka_bootstrap, source_topic, LINES)
-    s1, s2 = f"alo1{tag}", f"alo2{tag}"
-    sink = StageSink("to-s2", kafka_bootstrap, internal, key="key", partitions=2)
-    first = (
-        Pipeline(s1, KafkaSource("lines", [source_topic], value_format="text"))
-        .then(lambda df: df.select(F.explode(F.split("value", r"\s+")).alias("word")))
-        .then(lambda df: df.where("word != ''"))
-        .then(running_sum("counts", key="word"))
-        .then(sink)
-    )
-    second = Pipeline(
-        s2,
-        StageSource(
-            "from-s1",
-            [internal],
-            value_format="json",
-            schema={"key": "string", "total": "long"},
-            upstream=s1,
-            upstream_uid="to-s2",
-        ),
-    ).then(running_max("maxes", key="key", value="total"))
+    s1, s2, first, second, sink, internal = _word_stages(kafka_bootstrap, "alo")
     store1, store2 = FileStore(f"file://{tmp_path}/a1"), FileStore(f"file://{tmp_path}/a2")
     sink.open()
     for pipeline, store, name in ((first, store1, s1), (second, store2, s2)):
