@@ -51,9 +51,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# Redraw the README's picture from its source (standard library only).
+# Redraw the pictures of README.md and docs/ from their sources (standard library only).
 picture:
 	python3 docs/architecture.py
+	python3 docs/stages_picture.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

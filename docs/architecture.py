@@ -7,78 +7,18 @@ tasks touch. Standard library only; every box and arrow is placed by hand below.
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
-from xml.sax.saxutils import escape
+
+sys.path.insert(0, str(Path(__file__).parent))
+from svgdraw import BLUE, GREEN, GREY, ORANGE, Canvas
 
 W, H = 980, 470
-FONT = "Helvetica, Arial, sans-serif"
-BLUE, ORANGE, GREEN, GREY, INK = "#017cee", "#e2711d", "#2e7d32", "#51504f", "#1f2328"
-FILL = {BLUE: "#e8f0fe", ORANGE: "#fef3e8", GREEN: "#edf7ee", GREY: "#f3f3f3"}
-
-parts: list[str] = []
-
-
-def text(
-    x: float,
-    y: float,
-    lines: str,
-    size: int = 12,
-    color: str = INK,
-    bold: bool = False,
-    anchor: str = "middle",
-) -> None:
-    weight = "bold" if bold else "normal"
-    rows = lines.split("\n")
-    top = y - (len(rows) - 1) * (size + 2) / 2
-    for i, row in enumerate(rows):
-        parts.append(
-            f'<text x="{x}" y="{top + i * (size + 2) + size / 3:.1f}" font-family="{FONT}" '
-            f'font-size="{size}" font-weight="{weight}" fill="{color}" '
-            f'text-anchor="{anchor}">{escape(row)}</text>'
-        )
-
-
-def panel(x: float, y: float, w: float, h: float, color: str, title: str) -> None:
-    parts.append(
-        f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="10" fill="{FILL[color]}" '
-        f'stroke="{color}" stroke-width="1.5"/>'
-    )
-    text(x + 12, y + 16, title, 13, color, bold=True, anchor="start")
-
-
-def box(
-    cx: float, cy: float, w: float, h: float, label: str, fill: str = "#ffffff", color: str = GREY
-) -> tuple[float, float, float, float]:
-    parts.append(
-        f'<rect x="{cx - w / 2}" y="{cy - h / 2}" width="{w}" height="{h}" rx="7" '
-        f'fill="{fill}" stroke="{color}" stroke-width="1"/>'
-    )
-    text(cx, cy, label, 11)
-    return cx, cy, w, h
-
-
-def arrow(
-    points: list[tuple[float, float]],
-    label: str = "",
-    color: str = GREY,
-    dashed: bool = False,
-    at: int = 0,
-    dx: float = 6,
-    dy: float = 0,
-    anchor: str = "start",
-) -> None:
-    path = " ".join(f"{x},{y}" for x, y in points)
-    dash = ' stroke-dasharray="5,4"' if dashed else ""
-    parts.append(
-        f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.3"{dash} '
-        f'marker-end="url(#head-{color[1:]})"/>'
-    )
-    if label:
-        (x1, y1), (x2, y2) = points[at], points[at + 1]
-        text((x1 + x2) / 2 + dx, (y1 + y2) / 2 + dy, label, 10, "#3c3c3c", anchor=anchor)
 
 
 def draw() -> str:
+    canvas = Canvas(W, H)
+    panel, box, arrow, text = canvas.panel, canvas.box, canvas.arrow, canvas.text
     # Airflow: one DAG run is one checkpoint.
     panel(10, 10, W - 20, 120, BLUE, "Airflow — one run of the pipeline DAG is one checkpoint")
     steps = [
@@ -155,17 +95,7 @@ def draw() -> str:
     arrow([(22, 345), (22, 420), (35, 420)])
     text(26, 385, "publishes", 10, "#3c3c3c", anchor="start")
 
-    heads = "".join(
-        f'<marker id="head-{c[1:]}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-        f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/>'
-        "</marker>"
-        for c in (BLUE, ORANGE, GREEN, GREY)
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-        f'viewBox="0 0 {W} {H}"><defs>{heads}</defs>'
-        f'<rect width="{W}" height="{H}" fill="white"/>{"".join(parts)}</svg>\n'
-    )
+    return canvas.svg()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,10 @@ def test_every_link_points_at_a_file_in_the_repository(doc: Path) -> None:
     assert "DESIGN.md" not in text and "../shared" not in text
 
 
-def test_the_picture_is_drawn_from_its_source() -> None:
-    drawn = runpy.run_path(str(REPO / "docs" / "architecture.py"))["draw"]()
-    assert (REPO / "docs" / "architecture.svg").read_text() == drawn
+@pytest.mark.parametrize(
+    ("source", "picture"),
+    [("architecture.py", "architecture.svg"), ("stages_picture.py", "stages.svg")],
+)
+def test_each_picture_is_drawn_from_its_source(source: str, picture: str) -> None:
+    drawn = runpy.run_path(str(REPO / "docs" / source))["draw"]()
+    assert (REPO / "docs" / picture).read_text() == drawn
