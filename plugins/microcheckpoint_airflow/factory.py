@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, DeltaDataIntervalTimetable, Param, TriggerRule
+from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, Param, TriggerRule
 
 from microcheckpoint.config import BarrierPolicy
 from microcheckpoint.errors import ConfigError
@@ -42,7 +42,7 @@ from microcheckpoint_airflow.sensors import (
     MinPauseSensor,
     QuietSensor,
 )
-from microcheckpoint_airflow.spec import PipelineSpec
+from microcheckpoint_airflow.spec import PipelineSpec, asset_uri
 
 __all__ = [
     "LocalSpark",
@@ -111,19 +111,27 @@ def spark_mode(mode: str, conn_id: str | None = None) -> Spark:
 API_RETRY: dict[str, Any] = {"retries": 3, "retry_delay": timedelta(seconds=5)}
 
 
+def pipeline_asset(pipeline: str) -> Asset:
+    """The Asset a completed (and notified) checkpoint of ``pipeline`` updates."""
+    return Asset(uri=asset_uri(pipeline), name=f"microcheckpoint-{pipeline}")
+
+
 def _epoch_tasks(
     spec: PipelineSpec, spark: Spark, epoch: dict[str, Any], retention: Any
 ) -> tuple[Any, list[Any]]:
     """The tasks from the Spark epoch to ``retention``: the epoch task and those whose
     failure aborts the checkpoint."""
     timeout_s = spec.config.timeout
+    # The task that notifies a completed checkpoint updates the pipeline's Asset, which
+    # schedules the DAGs of the stages after it.
+    outlets = [pipeline_asset(spec.name)]
     if not isinstance(spark, SparkSubmit):
         # Spark runs in the task: its acks are in when the job returns, so the task
         # completes and notifies the checkpoint itself (one task start, not four).
         if isinstance(spark, SparkConnect):
-            process = ConnectEpochOperator(conn_id=spark.conn_id, **epoch)
+            process = ConnectEpochOperator(conn_id=spark.conn_id, outlets=outlets, **epoch)
         else:
-            process = LocalEpochOperator(master=spark.master, **epoch)
+            process = LocalEpochOperator(master=spark.master, outlets=outlets, **epoch)
         process >> retention
         return process, [process]
     process = EpochSparkSubmitOperator(
@@ -144,6 +152,7 @@ def _epoch_tasks(
         task_id="notify_checkpoint",
         spec=spec,
         checkpoint_id=CID,
+        outlets=outlets,
         retries=5,
         retry_delay=timedelta(seconds=10),
     )
@@ -161,6 +170,8 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         # data_interval needs real contiguous intervals, as backfills create them.
         every = timedelta(seconds=config.interval)
         schedule = DeltaDataIntervalTimetable(every) if data_interval else every
+    if spec.after is not None:
+        schedule = [pipeline_asset(spec.after)]  # each completed upstream checkpoint
     base_wait = config.effective_max_concurrent > 1 and not data_interval
     if isinstance(spark, SparkSubmit):
         steps = "trigger (barrier) → Spark epoch → await acks → complete → notify"

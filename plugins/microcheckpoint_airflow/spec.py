@@ -18,6 +18,11 @@ from microcheckpoint_airflow.hooks import (
 __all__ = ["PipelineSpec"]
 
 
+def asset_uri(pipeline: str) -> str:
+    """The URI of the Asset of pipeline ``pipeline``'s completed checkpoints."""
+    return f"microcheckpoint://{pipeline}"
+
+
 @dataclass(frozen=True)
 class PipelineSpec:
     """A pipeline as the DAGs see it.
@@ -30,6 +35,9 @@ class PipelineSpec:
         parallelism: subtasks per keyed operator and sink (a restore may change it).
         savepoint_roots: storage roots besides ``storage`` where savepoints may be written
             and restored from; anything else is refused.
+        after: for a stage of a multi-stage pipeline (docs/stages.md), the upstream stage's
+            pipeline name: this pipeline's DAG runs when that one completes a checkpoint
+            (its Asset), instead of at an interval.
     """
 
     name: str
@@ -41,6 +49,7 @@ class PipelineSpec:
     kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID
     api_conn_id: str = DEFAULT_API_CONN_ID
     savepoint_roots: tuple[str, ...] = ()
+    after: str | None = None
 
     def __post_init__(self) -> None:
         config = self.config  # validate now: a bad value fails the DAG file's import, loudly
@@ -59,6 +68,24 @@ class PipelineSpec:
                 )
         if ":" not in self.pipeline:
             raise ConfigError("pipeline", self.pipeline, "'module:attribute' of a Pipeline")
+        if self.after is not None:
+            if not self.after or self.after == self.name:
+                raise ConfigError(
+                    "after", self.after, "the name of the upstream stage's pipeline (not this one)"
+                )
+            if config.interval is not None:
+                raise ConfigError(
+                    "interval",
+                    config.interval,
+                    "no interval for a stage that runs after another (its upstream's "
+                    "completed checkpoints schedule it)",
+                )
+
+    @property
+    def asset_uri(self) -> str:
+        """The Asset each completed checkpoint of this pipeline updates (its DAG's outlet);
+        a stage DAG with ``after`` is scheduled on its upstream's."""
+        return asset_uri(self.name)
 
     @cached_property
     def config(self) -> CheckpointConfig:

@@ -411,3 +411,23 @@ def test_a_dag_file_with_a_bad_setting_fails_at_import_naming_the_field(tmp_path
         "microcheckpoint.errors.ConfigError: config field 'max_concurrent' = 0 is invalid: "
         "an integer >= 1"
     )
+
+
+def test_every_pipeline_dag_updates_its_asset_and_a_stage_runs_after_its_upstream() -> None:
+    first = pipeline_dags(make_spec(), start_date=START)["wc_pipeline"]
+    (outlet,) = first.get_task("process_epoch").outlets
+    assert outlet.uri == "microcheckpoint://wc/" and outlet.name == "microcheckpoint-wc"
+    submit = pipeline_dags(make_spec(), start_date=START, spark=SparkSubmit())["wc_pipeline"]
+    assert [a.uri for a in submit.get_task("notify_checkpoint").outlets] == [outlet.uri]
+    assert submit.get_task("process_epoch").outlets == []
+    stage = make_spec(name="totals", after="wc", checkpointing={"interval": None})
+    second = pipeline_dags(stage, start_date=START)["totals_pipeline"]
+    assert type(second.timetable).__name__ == "AssetTriggeredTimetable"
+    assert [a.uri for a in second.timetable.asset_condition.objects] == ["microcheckpoint://wc/"]
+
+
+def test_a_stage_after_another_refuses_itself_and_an_interval() -> None:
+    with pytest.raises(ConfigError, match="after"):
+        make_spec(after="wc")  # its own name
+    with pytest.raises(ConfigError, match="interval"):
+        make_spec(name="totals", after="wc")  # make_spec sets an interval
