@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from microcheckpoint.adapters.kafka_reader import Split, read_split
@@ -82,11 +82,8 @@ class StageOffsets:
     ) -> dict[TopicPartition, ChannelMarker | None]:
         """Per channel, the upstream's first marker in ``[start, end)`` (of ``epoch`` or a
         later one, when given; older ones are skipped), or None."""
-        found: dict[TopicPartition, ChannelMarker | None] = {}
-        for tp, start in self._starts(ends, starts).items():
-            split = Split(tp, start, max(start, ends[tp]))
-            found[tp] = self._first_marker(split, epoch or 0)
-        return found
+        scans = {tp: _Scan(start) for tp, start in self._starts(ends, starts).items()}
+        return {tp: self._marker(tp, scan, ends[tp], epoch or 0) for tp, scan in scans.items()}
 
     def limit_ends(
         self, ends: Mapping[TopicPartition, int], starts: Mapping[TopicPartition, int]
@@ -134,12 +131,15 @@ class StageOffsets:
             return dict(ends), {"mode": "at_least_once", "unaligned": False, "waited_ms": 0}
         switch_after = config.aligned_timeout if config.aligned_timeout > 0 else None
         unaligned = config.unaligned
+        # What each channel's scan has read survives the polls: records are never re-read.
+        scans = {tp: _Scan(start) for tp, start in self._starts(ends, starts).items()}
         while True:
-            markers = self.markers(ends, starts)
+            markers = {tp: self._marker(tp, scans[tp], ends[tp], 0) for tp in tps}
             target = max((m.epoch for m in markers.values() if m is not None), default=None)
-            behind = {tp: m for tp, m in markers.items() if m is not None and m.epoch < target}
-            if behind:  # read past their data before (unaligned): skip their older markers
-                markers.update(self.markers({tp: ends[tp] for tp in behind}, starts, target))
+            for tp, marker in markers.items():
+                if marker is not None and marker.epoch < target:
+                    # Read past its data before (unaligned): skip its older markers.
+                    markers[tp] = self._marker(tp, scans[tp], ends[tp], target)
             missing = sorted(str(tp) for tp, m in markers.items() if m is None)
             waited = time.monotonic() - started
             if target is not None and (not missing or unaligned):
@@ -194,15 +194,32 @@ class StageOffsets:
         beginning = self.kafka.beginning_offsets(new) if new else {}
         return {tp: starts[tp] if tp in starts else beginning[tp] for tp in ends}
 
-    def _first_marker(self, split: Split, min_epoch: int) -> ChannelMarker | None:
-        bootstrap = self.kafka.bootstrap_servers
-        for record in read_split(bootstrap, split, timeout_s=self.read_timeout_s):
+    def _marker(
+        self, tp: TopicPartition, scan: _Scan, end: int, min_epoch: int
+    ) -> ChannelMarker | None:
+        """The channel's first marker of the upstream with epoch >= ``min_epoch`` below
+        ``end``: from the markers ``scan`` found already, else read on from where it stopped."""
+        for marker in scan.markers:
+            if marker.epoch >= min_epoch:
+                return marker
+        split = Split(tp, scan.position, max(scan.position, end))
+        for record in read_split(
+            self.kafka.bootstrap_servers, split, timeout_s=self.read_timeout_s
+        ):
+            scan.position = record.offset + 1
             marker = marker_of(record.headers)
-            if (
-                marker is not None
-                and marker.stage == self.upstream
-                and marker.uid == self.upstream_uid
-                and marker.epoch >= min_epoch
-            ):
-                return ChannelMarker(record.offset, marker.epoch, record.timestamp_ms)
+            if marker and marker.stage == self.upstream and marker.uid == self.upstream_uid:
+                found = ChannelMarker(record.offset, marker.epoch, record.timestamp_ms)
+                scan.markers.append(found)
+                if found.epoch >= min_epoch:
+                    return found
+        scan.position = max(scan.position, end)
         return None
+
+
+@dataclass
+class _Scan:
+    """How far a channel has been read from its start, and the upstream's markers found."""
+
+    position: int
+    markers: list[ChannelMarker] = field(default_factory=list)

@@ -95,8 +95,9 @@ class StageSource(KafkaSource):
     ``upstream`` is the upstream stage's pipeline name, ``upstream_uid`` its stage sink's uid.
     Rows are the upstream's rows (``value_format="json"`` with ``schema``, the columns it
     wrote), plus ``topic, partition, offset, timestamp_ms, key, headers``; markers never
-    reach the rows. A partition whose marker has not arrived yet is held back, so an epoch
-    holds exactly the upstream's epoch in every channel (aligned).
+    reach the rows. Where a checkpoint ends in each partition follows the checkpointing mode
+    (``adapters.stage_offsets``): aligned (the default) waits for every partition's marker,
+    unaligned and at-least-once do not (docs/stages.md).
     """
 
     upstream: str = ""

@@ -42,7 +42,7 @@ from microcheckpoint_airflow.sensors import (
     MinPauseSensor,
     QuietSensor,
 )
-from microcheckpoint_airflow.spec import PipelineSpec, asset_uri
+from microcheckpoint_airflow.spec import PipelineSpec
 
 __all__ = [
     "LocalSpark",
@@ -113,7 +113,7 @@ API_RETRY: dict[str, Any] = {"retries": 3, "retry_delay": timedelta(seconds=5)}
 
 def pipeline_asset(pipeline: str) -> Asset:
     """The Asset a completed (and notified) checkpoint of ``pipeline`` updates."""
-    return Asset(uri=asset_uri(pipeline), name=f"microcheckpoint-{pipeline}")
+    return Asset(uri=f"microcheckpoint://{pipeline}", name=f"microcheckpoint-{pipeline}")
 
 
 def _epoch_tasks(

@@ -18,11 +18,6 @@ from microcheckpoint_airflow.hooks import (
 __all__ = ["PipelineSpec"]
 
 
-def asset_uri(pipeline: str) -> str:
-    """The URI of the Asset of pipeline ``pipeline``'s completed checkpoints."""
-    return f"microcheckpoint://{pipeline}"
-
-
 @dataclass(frozen=True)
 class PipelineSpec:
     """A pipeline as the DAGs see it.
@@ -80,12 +75,6 @@ class PipelineSpec:
                     "no interval for a stage that runs after another (its upstream's "
                     "completed checkpoints schedule it)",
                 )
-
-    @property
-    def asset_uri(self) -> str:
-        """The Asset each completed checkpoint of this pipeline updates (its DAG's outlet);
-        a stage DAG with ``after`` is scheduled on its upstream's."""
-        return asset_uri(self.name)
 
     @cached_property
     def config(self) -> CheckpointConfig:
