@@ -55,6 +55,7 @@ class StageOffsets:
     upstream_uid: str
     read_timeout_s: float = 60
     poll_s: float = 0.25
+    _scans: dict[TopicPartition, _Scan] = field(default_factory=dict, repr=False)
 
     def partitions(self, topic: str) -> list[TopicPartition]:
         return self.kafka.partitions(topic)
@@ -82,7 +83,7 @@ class StageOffsets:
     ) -> dict[TopicPartition, ChannelMarker | None]:
         """Per channel, the upstream's first marker in ``[start, end)`` (of ``epoch`` or a
         later one, when given; older ones are skipped), or None."""
-        scans = {tp: _Scan(start) for tp, start in self._starts(ends, starts).items()}
+        scans = {tp: self._scan(tp, start) for tp, start in self._starts(ends, starts).items()}
         return {tp: self._marker(tp, scan, ends[tp], epoch or 0) for tp, scan in scans.items()}
 
     def limit_ends(
@@ -101,6 +102,7 @@ class StageOffsets:
         ends: Mapping[TopicPartition, int],
         starts: Mapping[TopicPartition, int],
         config: CheckpointConfig,
+        waited_s: float = 0,
     ) -> tuple[dict[TopicPartition, int], dict[str, Any]]:
         """The ranges' ends for this stage's next checkpoint, and its alignment statistics
         (Flink's names; milliseconds):
@@ -117,7 +119,8 @@ class StageOffsets:
           since that channel state stays in Kafka as offsets.
 
         Waits (polling) at most ``config.timeout``; in aligned mode, at most
-        ``aligned_timeout`` before switching (when it is > 0).
+        ``aligned_timeout`` before switching (when it is > 0). ``waited_s``: how long the
+        alignment has been waited for already (by the Airflow sensor before the trigger).
 
         Raises:
             NotAligned: aligned, and after the timeout some channels still have no marker
@@ -125,36 +128,21 @@ class StageOffsets:
                 (unaligned: a checkpoint starts at the first marker); or the channels'
                 markers end different epochs (two runs of the upstream wrote the topic).
         """
-        started = time.monotonic()
+        started = time.monotonic() - waited_s
         tps = list(ends)
         if config.mode is CheckpointingMode.AT_LEAST_ONCE:
             return dict(ends), {"mode": "at_least_once", "unaligned": False, "waited_ms": 0}
-        switch_after = config.aligned_timeout if config.aligned_timeout > 0 else None
         unaligned = config.unaligned
-        # What each channel's scan has read survives the polls: records are never re-read.
-        scans = {tp: _Scan(start) for tp, start in self._starts(ends, starts).items()}
         while True:
-            markers = {tp: self._marker(tp, scans[tp], ends[tp], 0) for tp in tps}
-            target = max((m.epoch for m in markers.values() if m is not None), default=None)
-            for tp, marker in markers.items():
-                if marker is not None and marker.epoch < target:
-                    # Read past its data before (unaligned): skip its older markers.
-                    markers[tp] = self._marker(tp, scans[tp], ends[tp], target)
-            missing = sorted(str(tp) for tp, m in markers.items() if m is None)
             waited = time.monotonic() - started
+            target, markers, missing = self._look(ends, starts)
             if target is not None and (not missing or unaligned):
                 break
-            if target is not None and switch_after is not None and waited >= switch_after:
+            if target is not None and self._switches(config, waited):
                 unaligned = True
                 break
             if waited > config.timeout:
-                raise NotAligned(
-                    f"stage input {', '.join(sorted(str(tp) for tp in tps))}: channels "
-                    f"{', '.join(missing)} have no barrier marker of stage {self.upstream!r} "
-                    f"(sink {self.upstream_uid!r}) after {config.timeout:g} s; the upstream "
-                    "stage has not completed its next checkpoint. Run the upstream stage, or "
-                    "raise the checkpoint timeout"
-                )
+                raise self._not_aligned(tps, missing, config)
             time.sleep(self.poll_s)
             ends = self.kafka.end_offsets(tps)
         found = {tp: m for tp, m in markers.items() if m is not None}
@@ -172,6 +160,8 @@ class StageOffsets:
             "mode": "unaligned" if unaligned else "aligned",
             "unaligned": unaligned,
             "epoch": epochs[0],
+            "upstream": self.upstream,
+            "topics": sorted({tp.topic for tp in tps}),
             "channels": len(tps),
             "alignment_duration_ms": max(times) - min(times),
             "start_delay_ms": max(0, int(time.time() * 1000) - min(times)),
@@ -186,6 +176,76 @@ class StageOffsets:
         if unaligned and not config.unaligned:
             stats["switched"] = f"aligned_timeout {config.aligned_timeout:g} s"
         return cut, stats
+
+    def probe(
+        self,
+        ends: Mapping[TopicPartition, int],
+        starts: Mapping[TopicPartition, int],
+        config: CheckpointConfig,
+        waited_s: float,
+    ) -> str | None:
+        """None when ``align`` would cut now without waiting, else what it waits for; one
+        look, no wait (the deferrable Airflow sensor polls it). Channels are read on from
+        where this object's previous looks stopped.
+
+        Raises:
+            NotAligned: as ``align``, once ``waited_s`` passes the checkpoint timeout.
+        """
+        if config.mode is CheckpointingMode.AT_LEAST_ONCE:
+            return None
+        target, _, missing = self._look(ends, starts)
+        if target is not None and (not missing or config.unaligned):
+            return None
+        if target is not None and self._switches(config, waited_s):
+            return None
+        if waited_s > config.timeout:
+            raise self._not_aligned(list(ends), missing, config)
+        if target is None:
+            return (
+                f"no channel of {', '.join(sorted({tp.topic for tp in ends}))} has the next "
+                f"barrier marker of stage {self.upstream!r} yet"
+            )
+        return (
+            f"epoch {target} of stage {self.upstream!r}: waiting for its barrier marker in "
+            f"channel(s) {', '.join(missing)}"
+        )
+
+    def _look(
+        self, ends: Mapping[TopicPartition, int], starts: Mapping[TopicPartition, int]
+    ) -> tuple[int | None, dict[TopicPartition, ChannelMarker | None], list[str]]:
+        """The target epoch (the highest of the channels' next markers), each channel's
+        marker of it (None where it has not arrived) and the channels without it."""
+        scans = {tp: self._scan(tp, start) for tp, start in self._starts(ends, starts).items()}
+        markers = {tp: self._marker(tp, scans[tp], ends[tp], 0) for tp in ends}
+        target = max((m.epoch for m in markers.values() if m is not None), default=None)
+        for tp, marker in markers.items():
+            if marker is not None and marker.epoch < target:
+                # Read past its data before (unaligned): skip its older markers.
+                markers[tp] = self._marker(tp, scans[tp], ends[tp], target)
+        return target, markers, sorted(str(tp) for tp, m in markers.items() if m is None)
+
+    @staticmethod
+    def _switches(config: CheckpointConfig, waited_s: float) -> bool:
+        """Whether an aligned checkpoint that waited ``waited_s`` turns unaligned."""
+        return 0 < config.aligned_timeout <= waited_s
+
+    def _not_aligned(
+        self, tps: list[TopicPartition], missing: list[str], config: CheckpointConfig
+    ) -> NotAligned:
+        return NotAligned(
+            f"stage input {', '.join(sorted(str(tp) for tp in tps))}: channels "
+            f"{', '.join(missing)} have no barrier marker of stage {self.upstream!r} "
+            f"(sink {self.upstream_uid!r}) after {config.timeout:g} s; the upstream "
+            "stage has not completed its next checkpoint. Run the upstream stage, or "
+            "raise the checkpoint timeout"
+        )
+
+    def _scan(self, tp: TopicPartition, start: int) -> _Scan:
+        """The channel's scan from ``start``: kept, so records are never read twice."""
+        scan = self._scans.get(tp)
+        if scan is None or scan.start != start:
+            scan = self._scans[tp] = _Scan(start, start)
+        return scan
 
     def _starts(
         self, ends: Mapping[TopicPartition, int], starts: Mapping[TopicPartition, int]
@@ -219,7 +279,8 @@ class StageOffsets:
 
 @dataclass
 class _Scan:
-    """How far a channel has been read from its start, and the upstream's markers found."""
+    """How far a channel has been read from ``start``, and the upstream's markers found."""
 
+    start: int
     position: int
     markers: list[ChannelMarker] = field(default_factory=list)

@@ -70,6 +70,7 @@ class UnionOffsets:
         ends: Mapping[TopicPartition, int],
         starts: Mapping[TopicPartition, int],
         config: CheckpointConfig,
+        waited_s: float = 0,
     ) -> tuple[dict[TopicPartition, int], dict[str, Any]]:
         """Every input's ends (stage inputs aligned on their upstream's markers, see
         ``StageOffsets.align``), and ``{"inputs": {uid: statistics}, "unaligned": any}``."""
@@ -78,7 +79,7 @@ class UnionOffsets:
         for uid, (topics, port) in self.ports.items():
             mine = {tp: end for tp, end in ends.items() if tp.topic in topics}
             if hasattr(port, "align"):
-                ends_of, stats[uid] = port.align(mine, starts, config)
+                ends_of, stats[uid] = port.align(mine, starts, config, waited_s)
                 cut.update(ends_of)
             else:
                 cut.update(mine)
@@ -86,3 +87,20 @@ class UnionOffsets:
             "inputs": stats,
             "unaligned": any(s.get("unaligned") for s in stats.values()),
         }
+
+    def probe(
+        self,
+        ends: Mapping[TopicPartition, int],
+        starts: Mapping[TopicPartition, int],
+        config: CheckpointConfig,
+        waited_s: float,
+    ) -> str | None:
+        """None when every stage input would cut now, else what the first one waits for
+        (``StageOffsets.probe``)."""
+        for topics, port in self.ports.values():
+            if hasattr(port, "probe"):
+                mine = {tp: end for tp, end in ends.items() if tp.topic in topics}
+                waiting = port.probe(mine, starts, config, waited_s)
+                if waiting is not None:
+                    return waiting
+        return None

@@ -35,6 +35,7 @@ from microcheckpoint.protocol.view import CheckpointStatus, PipelineView
 
 __all__ = [
     "EpochStart",
+    "alignment_wait",
     "abort_failed_run",
     "complete_checkpoint",
     "notify_left_behind",
@@ -94,6 +95,7 @@ def start_epoch(
     rerun_pending: bool,
     interval: tuple[datetime, datetime] | None = None,
     labels: Mapping[str, Any] | None = None,
+    aligned_waited_s: float = 0,
 ) -> EpochStart:
     """Recover, then pick the epoch to process (see the module's steps).
 
@@ -108,6 +110,8 @@ def start_epoch(
             caller that owns every checkpoint in flight may, e.g. a local cycle).
         interval: the run's data interval (policy ``data_interval``).
         labels: facts for the history, kept in ``_pending``.
+        aligned_waited_s: how long a stage input's alignment was waited for before this
+            call (``alignment_wait``, polled by a sensor); counts toward its timeouts.
 
     Raises:
         ConfigError: policy ``data_interval`` without an interval.
@@ -145,7 +149,8 @@ def start_epoch(
     align = getattr(offsets, "align", None)  # a stage input waits for the upstream's markers
     limit = getattr(offsets, "limit_ends", None)  # a file source caps and orders its ranges
     if align is not None:
-        ends, labels["alignment"] = align(ends, coordinator.start_point(view).offsets, config)
+        starts = coordinator.start_point(view).offsets
+        ends, labels["alignment"] = align(ends, starts, config, aligned_waited_s)
     elif limit is not None:
         ends = limit(ends, coordinator.start_point(view).offsets)
     pending = coordinator.trigger(
@@ -157,6 +162,27 @@ def start_epoch(
         files=getattr(offsets, "files_of", None),
     )
     return EpochStart(pending.checkpoint_id)
+
+
+def alignment_wait(
+    coordinator: CheckpointCoordinator,
+    offsets: SourceOffsets,
+    topics: Iterable[str],
+    waited_s: float,
+) -> str | None:
+    """What the next trigger's alignment would wait for, or None when it would not wait
+    (a source without stage inputs never does); one look, for a sensor to poll.
+
+    Raises:
+        NotAligned: ``waited_s`` passed the checkpoint timeout with channels still missing
+            their marker.
+    """
+    probe = getattr(offsets, "probe", None)
+    if probe is None:
+        return None
+    tps = source_partitions(offsets, topics)
+    starts = coordinator.start_point(coordinator.view()).offsets
+    return probe(offsets.end_offsets(tps), starts, coordinator.config, waited_s)
 
 
 def _warn_if_not_contiguous(

@@ -8,19 +8,22 @@ EXPIRED, so expiry does not depend on which task notices first.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.errors import NotAligned
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.records import AbortReason
+from microcheckpoint.protocol.recovery import alignment_wait
 from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.storage import open_store
 
-__all__ = ["Check", "CheckState", "KINDS", "run_check"]
+__all__ = ["AlignmentProbe", "Check", "CheckState", "KINDS", "run_check"]
 
 
 class CheckState(str, Enum):
@@ -133,12 +136,69 @@ def check_quiet(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check
     return Check(CheckState.READY, "no checkpoint in flight")
 
 
+class AlignmentProbe:
+    """A stage's source port, opened once and kept across the polls of one wait, so each
+    channel is read on from where the previous look stopped.
+
+    ``stage``: ``{"pipeline": "module:attr", "pipeline_kwargs": {...}, "bootstrap":
+    "host:port", "since": <epoch seconds the wait began>}`` (JSON, for the trigger's kwargs).
+    """
+
+    def __init__(self, stage: dict[str, Any], store_options: dict[str, Any]) -> None:
+        self.stage = stage
+        self.store_options = store_options
+        self.kafka: Any = None
+        self.port: Any = None
+        self.topics: tuple[str, ...] = ()
+
+    def open(self, config: CheckpointConfig) -> Any:
+        if self.port is None:
+            from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+            from microcheckpoint.engine.sources import source_offsets
+            from microcheckpoint_airflow.spec import PipelineSpec
+
+            spec = PipelineSpec(
+                name=config.pipeline,
+                pipeline=self.stage["pipeline"],
+                checkpointing=config.to_mapping(),
+                pipeline_kwargs=dict(self.stage.get("pipeline_kwargs") or {}),
+            )
+            pipeline = spec.load_pipeline()
+            self.kafka = KafkaOffsets(self.stage["bootstrap"])
+            self.port = source_offsets(pipeline.source, self.kafka, self.store_options)
+            self.topics = tuple(config.topics or pipeline.source.topics)
+        return self.port
+
+    def close(self) -> None:
+        if self.kafka is not None:
+            self.kafka.close()
+            self.kafka = self.port = None
+
+
+def check_aligned(coord: CheckpointCoordinator, probe: AlignmentProbe) -> Check:
+    """Every input channel of a stage has the upstream's next barrier marker (aligned), or
+    one has (unaligned), or ``aligned_timeout`` passed: the trigger would not wait."""
+    gate = _gate(coord, ())
+    if gate.state is not CheckState.READY:
+        return gate
+    port = probe.open(coord.config)
+    waited = max(0.0, time.time() - float(probe.stage["since"]))
+    try:
+        waiting = alignment_wait(coord, port, probe.topics, waited)
+    except NotAligned as exc:
+        return Check(CheckState.FAIL, str(exc))
+    if waiting is not None:
+        return Check(CheckState.WAIT, waiting)
+    return Check(CheckState.READY, f"stage inputs ready to cut after {waited:.1f} s")
+
+
 KINDS = {
     "min_pause": check_min_pause,
     "concurrency": check_concurrency,
     "acks": check_acks,
     "base_state": check_base_state,
     "quiet": check_quiet,
+    "aligned": check_aligned,
 }
 
 
@@ -147,8 +207,13 @@ def run_check(
     config: dict[str, Any],
     store_options: dict[str, Any],
     checkpoint_id: int | None = None,
+    probe: AlignmentProbe | None = None,
 ) -> Check:
-    """Run the check ``kind`` (one of ``KINDS``) for the pipeline configured by ``config``."""
+    """Run the check ``kind`` (one of ``KINDS``) for the pipeline configured by ``config``;
+    ``aligned`` looks through ``probe``."""
     coord = _coordinator(config, store_options)
+    if kind == "aligned":
+        assert probe is not None
+        return check_aligned(coord, probe)
     cid = None if checkpoint_id is None else CheckpointId(int(checkpoint_id))
     return KINDS[kind](coord, cid)

@@ -36,6 +36,7 @@ from microcheckpoint_airflow.operators import (
     ValidateRestoreOperator,
 )
 from microcheckpoint_airflow.sensors import (
+    AlignmentSensor,
     AwaitAcksSensor,
     BaseStateSensor,
     ConcurrencySensor,
@@ -187,7 +188,7 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         description=f"checkpointed epochs of pipeline {spec.name}",
         doc_md=(
             f"Each run is one checkpoint of **{spec.name}**: min pause → max concurrent → "
-            f"{steps} (timeout {timeout_s:g}s) → retention. Pause this DAG to stop "
+            f"{'inputs aligned (upstream ' + spec.after + ') → ' if spec.after else ''}{steps} (timeout {timeout_s:g}s) → retention. Pause this DAG to stop "
             f"triggering; resume from a savepoint with `{spec.restore_dag_id}`."
         ),
         **common,
@@ -196,6 +197,12 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         gate_pause = MinPauseSensor(task_id="wait_min_pause", spec=spec)
         gate_concurrency = ConcurrencySensor(task_id="wait_max_concurrent", spec=spec)
         gate_pause >> gate_concurrency
+        if spec.after is not None:
+            # A stage: wait, deferred, until its inputs have the upstream's markers, so the
+            # trigger cuts at once instead of holding a worker slot while it waits.
+            aligned = AlignmentSensor(task_id="wait_aligned", spec=spec, timeout=timeout_s + 60)
+            gate_concurrency >> aligned
+            gate_concurrency = aligned
         epoch = {
             "task_id": "process_epoch",
             "spec": spec,

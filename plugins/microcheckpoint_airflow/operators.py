@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,7 @@ def trigger_checkpoint(
                 rerun_pending=False,
                 interval=_data_interval(context, task.spec),
                 labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
+                aligned_waited_s=_aligned_waited(context),
             )
         except TriggerRefused as exc:
             if coord.trigger_decision().verdict is Verdict.SUSPENDED:
@@ -155,6 +157,12 @@ def trigger_checkpoint(
         {str(tp): [r.start, r.end] for tp, r in barrier.ranges.items()},
     )
     return start.checkpoint_id
+
+
+def _aligned_waited(context: Any) -> float:
+    """Seconds since the run's alignment sensor began waiting (0 without one)."""
+    since = context["ti"].xcom_pull(task_ids="wait_aligned", key="aligned_since")
+    return 0.0 if since is None else max(0.0, time.time() - float(since))
 
 
 def _data_interval(context: Any, spec: PipelineSpec) -> tuple[Any, Any] | None:

@@ -9,6 +9,8 @@ Each sensor checks once in the worker; only when it has to wait does it defer to
 - ``AwaitAcksSensor``: every task acked, within ``timeout`` of the trigger; past it the
   checkpoint is aborted as EXPIRED and the task fails.
 - ``QuietSensor``: nothing in flight (savepoint with stop, restore).
+- ``AlignmentSensor``: a stage's input channels have the upstream's next barrier markers
+  (by mode: all of them, one, or ``aligned_timeout`` passed), so the trigger cuts at once.
 
 A pipeline stopped with a savepoint makes the gate sensors skip the run; failures past
 ``tolerable_failures`` make them fail it with the reason and the way to resume.
@@ -16,18 +18,20 @@ A pipeline stopped with a savepoint makes the gate sensors skip the run; failure
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from microcheckpoint_airflow.checks import Check, CheckState, run_check
-from microcheckpoint_airflow.hooks import CheckpointStorageHook
+from microcheckpoint_airflow.checks import AlignmentProbe, Check, CheckState, run_check
+from microcheckpoint_airflow.hooks import CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.spec import PipelineSpec
 from microcheckpoint_airflow.triggers import CheckpointConditionTrigger
 
 __all__ = [
+    "AlignmentSensor",
     "AwaitAcksSensor",
     "BaseStateSensor",
     "CheckpointSensor",
@@ -74,10 +78,22 @@ class CheckpointSensor(BaseSensorOperator):
         hook = CheckpointStorageHook(self.spec.storage_conn_id)
         return hook.store_options(self.spec.config.storage)
 
+    def _stage(self) -> dict[str, Any] | None:
+        """What the ``aligned`` check needs besides storage (JSON, for the trigger)."""
+        return None
+
     def _check(self) -> Check:
         if not _truthy(self.when):
             return Check(CheckState.READY, "not needed for this run")
-        return run_check(self.kind, self.spec.config_mapping, self._options(), self._cid())
+        stage = self._stage()
+        probe = AlignmentProbe(stage, self._options()) if stage else None
+        try:
+            return run_check(
+                self.kind, self.spec.config_mapping, self._options(), self._cid(), probe
+            )
+        finally:
+            if probe is not None:
+                probe.close()
 
     def _finish(self, check: Check) -> bool:
         if check.state is CheckState.FAIL:
@@ -105,6 +121,7 @@ class CheckpointSensor(BaseSensorOperator):
                 self._options(),
                 self._cid(),
                 self.poke_interval,
+                self._stage(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),
@@ -134,3 +151,26 @@ class AwaitAcksSensor(CheckpointSensor):
 
 class QuietSensor(CheckpointSensor):
     kind = "quiet"
+
+
+class AlignmentSensor(CheckpointSensor):
+    """Before a stage triggers: wait, deferred, until its stage inputs can be cut without
+    waiting (docs/stages.md). The wait's start goes to XCom (key ``aligned_since``); the
+    trigger counts it toward ``aligned_timeout`` and the checkpoint timeout."""
+
+    kind = "aligned"
+
+    def _stage(self) -> dict[str, Any] | None:
+        return {
+            "pipeline": self.spec.pipeline,
+            "pipeline_kwargs": self.spec.pipeline_kwargs,
+            "bootstrap": KafkaHook(self.spec.kafka_conn_id).bootstrap_servers(),
+            "since": self._since,
+        }
+
+    def execute(self, context: Any) -> Any:
+        # The task's start (kept across a deferral and, in Airflow, across reschedules).
+        started = getattr(context["ti"], "start_date", None)
+        self._since = started.timestamp() if started is not None else time.time()
+        context["ti"].xcom_push(key="aligned_since", value=self._since)
+        return super().execute(context)

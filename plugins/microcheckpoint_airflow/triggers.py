@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from microcheckpoint_airflow.checks import CheckState, run_check
+from microcheckpoint_airflow.checks import AlignmentProbe, CheckState, run_check
 
 __all__ = ["CheckpointConditionTrigger"]
 
@@ -27,8 +27,10 @@ class CheckpointConditionTrigger(BaseTrigger):
         store_options: dict[str, Any],
         checkpoint_id: int | None = None,
         poll_interval: float = 2.0,
+        stage: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.stage = stage
         self.kind = kind
         self.config = config
         self.store_options = store_options
@@ -44,16 +46,28 @@ class CheckpointConditionTrigger(BaseTrigger):
                 "store_options": self.store_options,
                 "checkpoint_id": self.checkpoint_id,
                 "poll_interval": self.poll_interval,
+                "stage": self.stage,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        while True:
-            check = await asyncio.to_thread(
-                run_check, self.kind, self.config, self.store_options, self.checkpoint_id
-            )
-            if check.state is not CheckState.WAIT:
-                yield TriggerEvent(check.to_event())
-                return
-            self.log.info("%s: %s", self.kind, check.message)
-            await asyncio.sleep(self.poll_interval)
+        # The alignment check keeps its Kafka client and channel scans across polls.
+        probe = AlignmentProbe(self.stage, self.store_options) if self.stage else None
+        try:
+            while True:
+                check = await asyncio.to_thread(
+                    run_check,
+                    self.kind,
+                    self.config,
+                    self.store_options,
+                    self.checkpoint_id,
+                    probe,
+                )
+                if check.state is not CheckState.WAIT:
+                    yield TriggerEvent(check.to_event())
+                    return
+                self.log.info("%s: %s", self.kind, check.message)
+                await asyncio.sleep(self.poll_interval)
+        finally:
+            if probe is not None:
+                await asyncio.to_thread(probe.close)

@@ -386,6 +386,7 @@ def test_trigger_serializes_its_kwargs_and_yields_the_first_non_wait(h) -> None:
         "store_options": {},
         "checkpoint_id": None,
         "poll_interval": 0.01,
+        "stage": None,
     }
 
     async def first_event():

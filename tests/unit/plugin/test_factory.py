@@ -431,3 +431,18 @@ def test_a_stage_after_another_refuses_itself_and_an_interval() -> None:
         make_spec(after="wc")  # its own name
     with pytest.raises(ConfigError, match="interval"):
         make_spec(name="totals", after="wc")  # make_spec sets an interval
+
+
+def test_a_stage_waits_deferred_for_aligned_inputs_before_its_epoch() -> None:
+    stage = make_spec(name="totals", after="wc", checkpointing={"interval": None})
+    for spark in (LocalSpark(), SparkSubmit()):
+        dag = pipeline_dags(stage, start_date=START, spark=spark)["totals_pipeline"]
+        graph = edges(dag)
+        after = "trigger_checkpoint" if isinstance(spark, SparkSubmit) else "process_epoch"
+        assert graph["wait_aligned"] == (["wait_max_concurrent"], [after])
+        sensor = dag.get_task("wait_aligned")
+        assert type(sensor).__name__ == "AlignmentSensor" and sensor.deferrable
+        assert sensor.timeout == 120 + 60  # the checkpoint timeout fails it first, by name
+        assert "inputs aligned (upstream wc)" in dag.doc_md
+    first = pipeline_dags(make_spec(), start_date=START)["wc_pipeline"]
+    assert "wait_aligned" not in first.task_ids

@@ -151,10 +151,10 @@ class AligningOffsets(MemoryOffsets):
     def __init__(self, ends, markers):
         super().__init__(ends)
         self.markers = markers
-        self.asked: list[tuple[dict, dict, float]] = []
+        self.asked: list[tuple[dict, dict, float, float]] = []
 
-    def align(self, ends, starts, config):
-        self.asked.append((dict(ends), dict(starts), config.timeout))
+    def align(self, ends, starts, config, waited_s=0):
+        self.asked.append((dict(ends), dict(starts), config.timeout, waited_s))
         if any(m is None for m in self.markers.values()):
             raise NotAligned("channels events:1 have no barrier marker")
         return {tp: m + 1 for tp, m in self.markers.items()}, {"epoch": 3, "unaligned": False}
@@ -163,13 +163,36 @@ class AligningOffsets(MemoryOffsets):
 def test_a_stage_input_triggers_up_to_the_markers_and_records_the_alignment(h) -> None:
     coord = h.coordinator(startup_mode="earliest", timeout="90s")
     kafka = AligningOffsets({TP0: 10, TP1: 8}, {TP0: 4, TP1: 6})
-    begin(coord, kafka, labels={"run_id": "r1"})
-    assert kafka.asked == [({TP0: 10, TP1: 8}, {}, 90.0)]
+    begin(coord, kafka, labels={"run_id": "r1"}, aligned_waited_s=4.5)
+    assert kafka.asked == [({TP0: 10, TP1: 8}, {}, 90.0, 4.5)]
     assert coord.barrier(C1).ranges == {TP0: OffsetRange(0, 5), TP1: OffsetRange(0, 7)}
     assert coord.view().pending_record(C1).labels == {
         "run_id": "r1",
         "alignment": {"epoch": 3, "unaligned": False},
     }
+
+
+class ProbedOffsets(MemoryOffsets):
+    """A stage input whose ``probe`` says what it waits for (None: ready)."""
+
+    def __init__(self, ends, answer):
+        super().__init__(ends)
+        self.answer = answer
+        self.asked: list[tuple[dict, dict, float]] = []
+
+    def probe(self, ends, starts, config, waited_s):
+        self.asked.append((dict(ends), dict(starts), waited_s))
+        return self.answer
+
+
+def test_alignment_wait_probes_from_the_next_epochs_start_without_triggering(h) -> None:
+    coord = h.coordinator(startup_mode="earliest")
+    h.epoch(coord, {TP0: 10})
+    port = ProbedOffsets({TP0: 12}, "waiting for channel events:0")
+    assert recovery.alignment_wait(coord, port, ["events"], 2.5) == "waiting for channel events:0"
+    assert port.asked == [({TP0: 12}, {TP0: 10}, 2.5)]
+    assert recovery.alignment_wait(coord, MemoryOffsets({TP0: 12}), ["events"], 0) is None
+    assert coord.view().pending == []
 
 
 def test_a_stage_input_not_aligned_in_time_triggers_nothing(h) -> None:
