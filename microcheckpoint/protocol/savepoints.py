@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from microcheckpoint.errors import (
@@ -23,7 +23,7 @@ from microcheckpoint.errors import (
     MetadataFormatError,
     RestoreError,
 )
-from microcheckpoint.ids import CheckpointId
+from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import (
     CheckpointMetadata,
@@ -231,8 +231,14 @@ def restore(
     point: RestorePoint,
     claim_mode: ClaimMode,
     parallelism: int | None = None,
+    offsets: Mapping[TopicPartition, int] | None = None,
+    note: str = "",
 ) -> RestoreMarker:
     """Re-base ``pipeline`` on ``point``: the next checkpoint starts from its offsets and state.
+
+    ``offsets`` replaces the point's offsets of those partitions (a global restore moves a
+    stage's internal topics past the abandoned epochs of its restored upstream); ``note``
+    is added to the marker's note.
 
     Steps: 1. a point in another storage location (another bucket or folder) is first
     copied into this pipeline's ``savepoints/`` as a self-contained savepoint, so its state
@@ -254,9 +260,9 @@ def restore(
         pipeline_checkpoint=point.metadata.checkpoint_id if own else None,
         claim_mode=ClaimMode(claim_mode),
         after_id=view.max_id.value if view.max_id else 0,
-        offsets=dict(point.metadata.offsets),
+        offsets={**point.metadata.offsets, **(offsets or {})},
         handle_keys=tuple(point.handle_keys()),
-        note=point.note,
+        note="; ".join(n for n in (point.note, note) if n),
         parallelism=parallelism,
     )
     # Step 2: the marker.
