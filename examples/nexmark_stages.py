@@ -39,6 +39,8 @@ __all__ = [
     "build",
     "generate",
     "hot_items",
+    "hot_items_stage",
+    "join_stage",
     "produce",
     "truth",
 ]
@@ -120,6 +122,16 @@ def build(
         ),
     ).then(running_sum("bids-per-item-window", key="item_window"))
     return join, hot
+
+
+def join_stage(**options: Any) -> Pipeline:
+    """Stage 1 alone (``build``'s arguments), for a DAG file's ``PipelineSpec``."""
+    return build(**options)[0]
+
+
+def hot_items_stage(**options: Any) -> Pipeline:
+    """Stage 2 alone (``build``'s arguments), for a DAG file's ``PipelineSpec``."""
+    return build(**options)[1]
 
 
 def generate(seed: int, auctions: int, bids: int, first_bid: int = 0) -> tuple[list, list]:

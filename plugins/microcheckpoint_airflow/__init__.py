@@ -10,6 +10,7 @@ from microcheckpoint_airflow.factory import (
     PipelineSpec,
     SparkConnect,
     SparkSubmit,
+    global_dags,
     pipeline_dags,
     spark_mode,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "PipelineSpec",
     "SparkConnect",
     "SparkSubmit",
+    "global_dags",
     "pipeline_dags",
     "spark_mode",
 ]

@@ -20,6 +20,11 @@ from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, Param, TriggerRu
 
 from microcheckpoint.config import BarrierPolicy
 from microcheckpoint.errors import ConfigError
+from microcheckpoint_airflow.global_points import (
+    GlobalRestoreOperator,
+    GlobalSavepointOperator,
+    ValidateGlobalRestoreOperator,
+)
 from microcheckpoint_airflow.operators import (
     AbortCheckpointOperator,
     CompleteCheckpointOperator,
@@ -50,6 +55,7 @@ __all__ = [
     "PipelineSpec",
     "SparkConnect",
     "SparkSubmit",
+    "global_dags",
     "pipeline_dags",
     "spark_mode",
 ]
@@ -407,3 +413,115 @@ def pipeline_dags(
         _restore_dag(spec, {**common, "catchup": False, "is_paused_upon_creation": False}),
     ]
     return {dag.dag_id: dag for dag in dags}
+
+
+def global_dags(
+    name: str,
+    stages: list[PipelineSpec] | tuple[PipelineSpec, ...],
+    *,
+    start_date: datetime,
+    tags: tuple[str, ...] = (),
+    default_args: dict[str, Any] | None = None,
+) -> dict[str, DAG]:
+    """The global savepoint and global restore DAGs of a multi-stage pipeline ``name`` whose
+    stages (each with its own ``pipeline_dags``) are ``stages``, first stage first.
+
+    ``<name>_global_savepoint`` copies the stages' newest aligned cut into one global
+    savepoint; ``<name>_global_restore`` stops every stage, waits until none has a
+    checkpoint in flight, re-bases all of them on a global savepoint (each with its own
+    parallelism, if given) and unpauses their DAGs. docs/stages.md explains both.
+    """
+    if len(stages) < 2 or len({s.name for s in stages}) != len(stages):
+        raise ConfigError(
+            "stages", [s.name for s in stages], "two or more stages with distinct names"
+        )
+    specs = tuple(stages)
+    names = ", ".join(s.name for s in specs)
+    common = {
+        "start_date": start_date,
+        "catchup": False,
+        "schedule": None,
+        "max_active_runs": 1,
+        "is_paused_upon_creation": False,  # triggered by a person only
+        "tags": ["microcheckpoint", name, *tags],
+        "default_args": dict(default_args or {}),
+    }
+    roots = specs[0].roots
+    savepoint = DAG(
+        dag_id=f"{name}_global_savepoint",
+        description=f"a global savepoint of the stages {names} at one aligned cut",
+        params={
+            "target": Param(
+                "",
+                type="string",
+                title="Target location",
+                description=(
+                    f"Folder URL under one of the roots ({', '.join(roots)}); empty: "
+                    f"{roots[0]}/{name}/global-savepoints"
+                ),
+            )
+        },
+        **common,
+    )
+    with savepoint:
+        GlobalSavepointOperator(
+            task_id="take_global_savepoint", name=name, specs=specs, target="{{ params.target }}"
+        )
+    restore = DAG(
+        dag_id=f"{name}_global_restore",
+        description=f"restore the stages {names} from one global savepoint",
+        params={
+            "point": Param(
+                "",
+                type="string",
+                minLength=1,
+                title="Global savepoint",
+                description=f"URL of a global savepoint folder (what {name}_global_savepoint returned)",
+            ),
+            "claim_mode": Param(
+                "NO_CLAIM",
+                enum=["NO_CLAIM", "CLAIM"],
+                title="Claim mode",
+                description="as for one pipeline's restore, for every stage",
+            ),
+            "parallelism": Param(
+                {},
+                type="object",
+                title="Parallelism per stage",
+                description=(
+                    'Subtasks per keyed operator from now on, e.g. {"' + specs[0].name + '": 3}; '
+                    "stages left out keep theirs"
+                ),
+            ),
+            "resume": Param(
+                True, type="boolean", title="Resume the stages", description="Unpause their DAGs"
+            ),
+        },
+        **common,
+    )
+    request = {
+        "name": name,
+        "specs": specs,
+        "point": "{{ params.point }}",
+        "claim_mode": "{{ params.claim_mode }}",
+        "parallelism": "{{ params.parallelism | tojson }}",
+    }
+    with restore:
+        validate = ValidateGlobalRestoreOperator(task_id="validate_point", **request)
+        rebase = GlobalRestoreOperator(task_id="restore_all", **request)
+        for spec in specs:
+            stop = SuspendPipelineOperator(
+                task_id=f"stop_{spec.name}", spec=spec, reason="global restore ({{ run_id }})"
+            )
+            quiet = QuietSensor(
+                task_id=f"await_{spec.name}", spec=spec, timeout=spec.config.timeout + 60
+            )
+            resume = SetPausedOperator(
+                task_id=f"resume_{spec.name}",
+                spec=spec,
+                paused=False,
+                when="{{ params.resume }}",
+                **API_RETRY,
+            )
+            validate >> stop >> quiet >> rebase >> resume
+    return {savepoint.dag_id: savepoint, restore.dag_id: restore}

@@ -22,6 +22,7 @@ from microcheckpoint_airflow import (
     PipelineSpec,
     SparkConnect,
     SparkSubmit,
+    global_dags,
     pipeline_dags,
 )
 from microcheckpoint_airflow.operators import (
@@ -392,12 +393,17 @@ def test_the_blocker_refuses_boto3(tmp_path: Path) -> None:
 
 
 def test_dag_files_import_without_kafka_s3_spark_or_iceberg(tmp_path: Path) -> None:
-    result = run_script(tmp_path, "dags/wordcount.py", "dags/wordcount_hourly.py")
+    result = run_script(
+        tmp_path, "dags/wordcount.py", "dags/wordcount_hourly.py", "dags/nexmark_stages.py"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "dags/wordcount.py ['wordcount_pipeline', 'wordcount_restore', 'wordcount_savepoint']",
         "dags/wordcount_hourly.py ['wordcount_hourly_pipeline', 'wordcount_hourly_restore', "
         "'wordcount_hourly_savepoint']",
+        "dags/nexmark_stages.py ['nexmark-hot-items_pipeline', 'nexmark-hot-items_restore', "
+        "'nexmark-hot-items_savepoint', 'nexmark-join_pipeline', 'nexmark-join_restore', "
+        "'nexmark-join_savepoint', 'nexmark_global_restore', 'nexmark_global_savepoint']",
         "refused []",
         "loaded []",
     ]
@@ -446,3 +452,51 @@ def test_a_stage_waits_deferred_for_aligned_inputs_before_its_epoch() -> None:
         assert "inputs aligned (upstream wc)" in dag.doc_md
     first = pipeline_dags(make_spec(), start_date=START)["wc_pipeline"]
     assert "wait_aligned" not in first.task_ids
+
+
+def test_global_dags_take_and_restore_every_stage() -> None:
+    first = make_spec(name="join")
+    second = make_spec(name="hot", after="join", checkpointing={"interval": None})
+    dags = global_dags("nex", [first, second], start_date=START)
+    assert sorted(dags) == ["nex_global_restore", "nex_global_savepoint"]
+    savepoint = dags["nex_global_savepoint"]
+    assert [t.task_id for t in savepoint.tasks] == ["take_global_savepoint"]
+    assert savepoint.params["target"] == ""
+    restore = dags["nex_global_restore"]
+    assert edges(restore) == {
+        "validate_point": ([], ["stop_hot", "stop_join"]),
+        "stop_join": (["validate_point"], ["await_join"]),
+        "stop_hot": (["validate_point"], ["await_hot"]),
+        "await_join": (["stop_join"], ["restore_all"]),
+        "await_hot": (["stop_hot"], ["restore_all"]),
+        "restore_all": (["await_hot", "await_join"], ["resume_hot", "resume_join"]),
+        "resume_join": (["restore_all"], []),
+        "resume_hot": (["restore_all"], []),
+    }
+    assert restore.params["parallelism"] == {} and restore.params["claim_mode"] == "NO_CLAIM"
+    with pytest.raises(ConfigError, match="two or more stages"):
+        global_dags("nex", [first], start_date=START)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ('{"nope": 2}', "config field 'parallelism' = 'nope' is invalid: one of the stages"),
+        ('{"join": 0}', "config field 'parallelism of join' = 0 is invalid: an integer in 1..128"),
+        ("[1]", "config field 'parallelism' = [1] is invalid: a JSON object"),
+        ("{", "config field 'parallelism' = '{' is invalid: a JSON object"),
+    ],
+)
+def test_a_global_restore_refuses_a_bad_parallelism(raw: str, message: str) -> None:
+    from microcheckpoint_airflow.global_points import ValidateGlobalRestoreOperator
+
+    first = make_spec(name="join")
+    second = make_spec(name="hot", after="join", checkpointing={"interval": None})
+    task = ValidateGlobalRestoreOperator(
+        task_id="v", name="nex", specs=(first, second), parallelism=raw
+    )
+    with pytest.raises(ConfigError) as err:
+        task.requested_parallelism()
+    assert str(err.value).startswith(message)
+    task.parallelism_param = '{"join": 3}'
+    assert task.requested_parallelism() == {"join": 3}
