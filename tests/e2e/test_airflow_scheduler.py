@@ -12,7 +12,11 @@ The story, in order (the tests share one Airflow and run top to bottom):
    again replays them once (backfill from a savepoint);
 5. the checkpoint history page answers with the stored history;
 6. the stored timestamps prove min pause and max concurrent were honoured, and the
-   min-pause sensor's log shows that it waited.
+   min-pause sensor's log shows that it waited;
+7. the two Nexmark stages (dags/nexmark_stages.py): the second stage's DAG runs on the
+   first stage's Asset events, waits for aligned inputs with its deferrable sensor, and
+   counts exactly the true bids per item and window; a global savepoint, more input, then
+   a global restore of both stages with other parallelisms gives the true counts again.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from examples import wordcount
+from examples import nexmark_stages, wordcount
 from harness.airflow_stack import AirflowStack, start_airflow
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store, ensure_bucket
@@ -57,6 +61,7 @@ class World:
     topic: str
     hourly_topic: str
     slow_flag: Path
+    nexmark: dict[str, str]
     lines: list[str] = field(default_factory=list)
     hourly_lines: list[str] = field(default_factory=list)
     savepoint: str = ""
@@ -98,6 +103,11 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client, spark_conne
     s3_bucket = f"e2e-{uuid.uuid4().hex[:12]}"
     ensure_bucket(s3_client, s3_bucket)
     topic, hourly = f"e2e-{uuid.uuid4().hex[:8]}", f"e2e-hourly-{uuid.uuid4().hex[:8]}"
+    tag = uuid.uuid4().hex[:6]
+    nexmark = {k: f"e2e-{k}-{tag}" for k in ("auctions", "bids", "joined")}
+    with KafkaOffsets(kafka_bootstrap) as kafka:
+        for name in nexmark.values():
+            kafka.create_topic(name, 2)
     lines = wordcount.lines_for(240, seed=31)  # 120 per partition
     wordcount.produce(kafka_bootstrap, topic, lines)
     hourly_lines, stamps = wordcount.hourly_lines(T0, PER_HOUR, seed=40)
@@ -119,6 +129,14 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client, spark_conne
         # Epochs run on the session's warm Spark Connect server, as in `make demo`: two
         # pipelines each starting a JVM per epoch task on 2 cores took 35-60 s per epoch.
         "MICROCHECKPOINT_SPARK_MODE": "connect",
+        # The Nexmark stages (step 7); paused until then.
+        "MICROCHECKPOINT_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "NEXMARK_AUCTIONS_TOPIC": nexmark["auctions"],
+        "NEXMARK_BIDS_TOPIC": nexmark["bids"],
+        "NEXMARK_INTERNAL_TOPIC": nexmark["joined"],
+        "NEXMARK_INTERVAL": f"{INTERVAL_S}s",
+        "NEXMARK_TIMEOUT": f"{TIMEOUT_S * 2}s",
+        "NEXMARK_RETAINED": "10",
     }
     airflow = start_airflow(
         tmp / "airflow", kafka_bootstrap, s3_endpoint, env, spark_connect=spark_connect_url
@@ -145,6 +163,7 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client, spark_conne
             topic,
             hourly,
             tmp / "slow-once",
+            nexmark,
             lines,
             hourly_lines,
         )
@@ -367,3 +386,105 @@ def test_stored_timestamps_prove_min_pause_and_max_concurrent(world: World):
         if "min_pause: " in (text := log.read_text()) and "deferring" in text
     ]
     assert deferred, f"no wait_min_pause run deferred under {logs}"
+
+
+JOIN, HOT = "nexmark-join", "nexmark-hot-items"
+COUNTS = "bids-per-item-window"
+
+
+def _stage_state(world: World) -> dict[str, Any]:
+    """What a failed wait on the stages shows: their checkpoints and runs."""
+    return {
+        name: {
+            "checkpoints": [
+                {k: r.get(k) for k in ("id", "status", "reason", "records", "labels")}
+                for r in world.rows(name).values()
+            ],
+            "runs": [
+                {k: r.get(k) for k in ("dag_run_id", "state", "run_type")}
+                for r in world.api.runs(f"{name}_pipeline")
+            ],
+        }
+        for name in (JOIN, HOT)
+    }
+
+
+def _counted(world: World, truth: dict[str, int], after: int = 0) -> bool:
+    """The second stage's latest completed checkpoint (newer than ``after``) holds ``truth``."""
+    latest = world.history(HOT)["latest_completed"]
+    if latest is None or latest <= after:
+        return False
+    return read_keyed_state(world.store, HOT, COUNTS) == truth
+
+
+def test_stage_dags_run_on_asset_events_and_restore_globally(world: World):
+    topics = world.nexmark
+    auctions, bids = nexmark_stages.generate(seed=12, auctions=8, bids=90)
+    nexmark_stages.produce(world.bootstrap, topics["auctions"], auctions)
+    nexmark_stages.produce(world.bootstrap, topics["bids"], bids[:60])
+    world.api.wait_dags(
+        [
+            f"{JOIN}_pipeline",
+            f"{HOT}_pipeline",
+            "nexmark_global_savepoint",
+            "nexmark_global_restore",
+        ]
+    )
+    world.api.set_paused(f"{HOT}_pipeline", False)
+    world.api.set_paused(f"{JOIN}_pipeline", False)
+    state = lambda: _stage_state(world)  # noqa: E731
+    first = dict(nexmark_stages.truth(auctions, bids[:60]))
+    wait_for(
+        "stage 2 counting the first bids", lambda: _counted(world, first), 300, world.airflow, state
+    )
+    # Stage 2 ran only on stage 1's Asset events, each run past its alignment sensor, and
+    # every checkpoint it completed is aligned on one stage-1 epoch.
+    runs = world.api.runs(f"{HOT}_pipeline")
+    assert runs and {r["run_type"] for r in runs} == {"asset_triggered"}
+    states = [world.api.task_states(f"{HOT}_pipeline", r["dag_run_id"]) for r in runs]
+    epochs = [t for t in states if t.get("process_epoch") == "success"]
+    assert epochs and all(t["wait_aligned"] == "success" for t in epochs), states
+    join_done = {i for i, r in world.rows(JOIN).items() if r["status"] == "COMPLETED"}
+    for row in world.rows(HOT).values():
+        if row["status"] == "COMPLETED":
+            alignment = row["labels"]["alignment"]
+            assert alignment["mode"] == "aligned" and alignment["inflight"] == []
+            assert alignment["upstream"] == JOIN and alignment["epoch"] in join_done
+    # A global savepoint at the newest aligned cut.
+    run = world.api.trigger("nexmark_global_savepoint", {"target": ""})
+    assert world.api.wait_run("nexmark_global_savepoint", run, 120) == "success"
+    location = world.api.xcom("nexmark_global_savepoint", run, "take_global_savepoint")
+    assert location.startswith(f"s3://{world.store.bucket}/chk/nexmark/global-savepoints/global-")
+    # More bids: both stages count them, then abandon that work in the restore.
+    nexmark_stages.produce(world.bootstrap, topics["bids"], bids[60:], partitions=2)
+    truth = dict(nexmark_stages.truth(auctions, bids))
+    wait_for(
+        "stage 2 counting every bid", lambda: _counted(world, truth), 300, world.airflow, state
+    )
+    before = max(world.rows(HOT))
+    conf = {
+        "point": location,
+        "claim_mode": "NO_CLAIM",
+        "parallelism": {JOIN: 1, HOT: 3},
+        "resume": True,
+    }
+    run = world.api.trigger("nexmark_global_restore", conf)
+    assert world.api.wait_run("nexmark_global_restore", run, 300) == "success"
+    for name in (JOIN, HOT):
+        assert world.history(name)["restored_from"].startswith(location + "/" + name + "/")
+    # Both stages re-run the work after the cut; stage 2 skips what stage 1 abandoned, so
+    # its counts equal a failure-free run's, now with 3 subtasks.
+    wait_for(
+        "stage 2 counting every bid after the global restore",
+        lambda: _counted(world, truth, after=before),
+        300,
+        world.airflow,
+        state,
+    )
+    latest = world.history(HOT)["latest_completed"]
+    subtasks = world.rows(HOT)[latest]["statistics"]["subtasks"]
+    assert sorted(t for t in subtasks if t.startswith(COUNTS)) == [
+        f"{COUNTS}#{i}" for i in range(3)
+    ]
+    world.api.set_paused(f"{JOIN}_pipeline", True)
+    world.api.set_paused(f"{HOT}_pipeline", True)
