@@ -92,3 +92,9 @@ def test_nexmark_stages_one_aligned_one_unaligned_checkpoint_exact_counts(
     assert [i["channel"].rsplit(":", 1)[1] for i in unaligned["inflight"]] == ["1"]
     assert result["counts"] == result["truth"]
     assert sum(result["truth"].values()) > 250
+    # A global savepoint, a fourth batch, a global restore with parallelism 1 and 3.
+    from harness.demo_stages import global_round
+
+    after = global_round(kafka_bootstrap, result, tmp_path, say=lambda message: None)
+    assert after["counts"] == after["truth"] != result["truth"]
+    assert after["subtasks"] == [f"bids-per-item-window#{i}" for i in range(3)]
