@@ -29,7 +29,8 @@ demo: $(STAMP)
 demo-engine: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m harness.demo_engine
 
-# Two stages joined by an internal topic: one aligned and one unaligned checkpoint.
+# Two stages joined by an internal topic: one aligned and one unaligned checkpoint, then a
+# global savepoint and a restore of both stages with rescale.
 demo-stages: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m harness.demo_stages
 
