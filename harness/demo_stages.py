@@ -106,14 +106,8 @@ def global_round(bootstrap: str, result: dict[str, Any], root: Path, say=_say) -
     returns the counts, the truth over every batch and the subtasks after the restore."""
     from examples import nexmark_stages as ex
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
-    from microcheckpoint.engine.sinkstage import sink_publisher
-    from microcheckpoint.engine.sources import source_offsets
-    from microcheckpoint.protocol.coordinator import CheckpointCoordinator
-    from microcheckpoint.protocol.global_savepoints import (
-        StageRuntime,
-        create_global_savepoint,
-        restore_global,
-    )
+    from microcheckpoint.engine.cycle import stage_runtime
+    from microcheckpoint.protocol.global_savepoints import create_global_savepoint, restore_global
     from microcheckpoint.protocol.layout import Layout
     from microcheckpoint.protocol.view import scan
     from microcheckpoint.state.reader import read_keyed_state
@@ -134,11 +128,7 @@ def global_round(bootstrap: str, result: dict[str, Any], root: Path, say=_say) -
         "global savepoint with parallelism join 1, hot-items 3")  # fmt: skip
     with KafkaOffsets(bootstrap) as kafka:
         runtimes = {
-            name: StageRuntime(
-                CheckpointCoordinator(store, config),
-                source_offsets(pipeline.source, kafka),
-                sink_publisher(pipeline, store, config.mode),
-            )
+            name: stage_runtime(pipeline, config, store, kafka)
             for name, pipeline, store, config in zip(
                 names, st["pipelines"], stores, configs, strict=True
             )

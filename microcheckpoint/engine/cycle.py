@@ -15,11 +15,12 @@ from microcheckpoint.engine.sinkstage import sink_publisher
 from microcheckpoint.engine.sources import source_offsets
 from microcheckpoint.faults import Faults
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.global_savepoints import StageRuntime
 from microcheckpoint.protocol.recovery import start_epoch
 from microcheckpoint.protocol.source import group_committer
 from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["run_cycle"]
+__all__ = ["run_cycle", "stage_runtime"]
 
 
 def run_cycle(
@@ -77,3 +78,19 @@ def run_cycle(
         # Step 5: notify (sinks publish, group offsets, retention).
         coordinator.notify(cid, group_committer(offsets, config), publish)
     return EpochResult(cid, result.attempt, result.records, result.outputs, meta)
+
+
+def stage_runtime(
+    pipeline: Pipeline,
+    config: CheckpointConfig,
+    store: ObjectStore,
+    kafka: Any,
+    store_options: dict[str, Any] | None = None,
+) -> StageRuntime:
+    """What a global restore needs of one stage (``protocol.global_savepoints``): its
+    coordinator, its source port over ``kafka`` (a ``KafkaOffsets``) and its sinks' publish."""
+    return StageRuntime(
+        CheckpointCoordinator(store, config),
+        source_offsets(pipeline.source, kafka, store_options),
+        sink_publisher(pipeline, store, config.mode),
+    )

@@ -15,10 +15,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from microcheckpoint.errors import ConfigError, MicrocheckpointError
-from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.global_savepoints import (
     GlobalSavepoint,
-    StageRuntime,
     create_global_savepoint,
     read_global_savepoint,
     restore_global,
@@ -165,15 +163,11 @@ class GlobalRestoreOperator(ValidateGlobalRestoreOperator):
     stop marker. Every stage must be stopped with nothing in flight (the DAG does that)."""
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from microcheckpoint.engine.sinkstage import sink_publisher
-        from microcheckpoint.engine.sources import source_offsets
+        from microcheckpoint.engine.cycle import stage_runtime
 
         try:
             point, claim, parallelism = self.resolve()
             stores = self.stores()
-            coordinators = {
-                s.name: CheckpointCoordinator(stores[s.name], s.config) for s in self.specs
-            }
             kafkas = [KafkaHook(s.kafka_conn_id).get_offsets() for s in self.specs]
             try:
                 runtimes = {}
@@ -182,10 +176,8 @@ class GlobalRestoreOperator(ValidateGlobalRestoreOperator):
                     options = CheckpointStorageHook(spec.storage_conn_id).store_options(
                         spec.config.storage
                     )
-                    runtimes[spec.name] = StageRuntime(
-                        coordinators[spec.name],
-                        source_offsets(pipeline.source, kafka, options),
-                        sink_publisher(pipeline, stores[spec.name], spec.config.mode),
+                    runtimes[spec.name] = stage_runtime(
+                        pipeline, spec.config, stores[spec.name], kafka, options
                     )
                 markers = restore_global(point, runtimes, claim, parallelism)
             finally:
@@ -193,9 +185,9 @@ class GlobalRestoreOperator(ValidateGlobalRestoreOperator):
                     kafka.close()
         except MicrocheckpointError as exc:
             raise AirflowFailException(str(exc)) from exc
-        for coord in coordinators.values():
-            coord.reset_failures()
-            coord.resume()
+        for runtime in runtimes.values():
+            runtime.coordinator.reset_failures()
+            runtime.coordinator.resume()
         for name, marker in markers.items():
             self.log.info("stage %s re-based on %s: %s", name, marker.source, marker.note)
         return {

@@ -9,32 +9,25 @@ both are restored at the savepoint's cut with other parallelisms and run to the 
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from typing import Any
 
-from pyspark.sql import functions as F
-
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.engine import KafkaSource, KeyedOperator, Pipeline, StageSource, running_sum
-from microcheckpoint.engine.cycle import run_cycle
-from microcheckpoint.engine.sinkstage import sink_publisher
-from microcheckpoint.engine.sources import source_offsets
+from microcheckpoint.engine import KeyedOperator
+from microcheckpoint.engine.cycle import run_cycle, stage_runtime
 from microcheckpoint.ids import CheckpointId, TopicPartition
-from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.global_savepoints import (
     StageInput,
-    StageRuntime,
     create_global_savepoint,
     read_global_savepoint,
     restore_global,
 )
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.view import scan
-from microcheckpoint.sinks.stage import StageSink
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import FileStore
+from tests.integration.test_stages import _word_stages
 
 # Produced round-robin to 2 partitions; with at most CAP records per partition per epoch,
 # stage-1 epoch k (1-based, in a failure-free run) holds lines [LINES_PER_EPOCH*(k-1), ...).
@@ -58,31 +51,10 @@ def _seq(key: Any, rows: list[dict[str, Any]], state: Any) -> tuple[list[dict[st
 
 
 def _stages(bootstrap: str):
-    from examples.wordcount import produce
-
-    tag = uuid.uuid4().hex[:6]
-    source_topic, internal = f"gsp-in-{tag}", f"gsp-mid-{tag}"
-    produce(bootstrap, source_topic, LINES)
-    s1, s2 = f"gsp1{tag}", f"gsp2{tag}"
-    sink = StageSink("to-s2", bootstrap, internal, key="key", partitions=2)
-    first = (
-        Pipeline(s1, KafkaSource("lines", [source_topic], value_format="text"))
-        .then(lambda df: df.select(F.explode(F.split("value", r"\s+")).alias("word")))
-        .then(lambda df: df.where("word != ''"))
-        .then(running_sum("counts", key="word"))
-        .then(sink)
+    operator = KeyedOperator("seq", "key", _seq, "key string, last long, seen long, bad long")
+    s1, s2, first, second, sink, internal, source_topic = _word_stages(
+        bootstrap, "gsp", LINES, operator
     )
-    second = Pipeline(
-        s2,
-        StageSource(
-            "from-s1",
-            [internal],
-            value_format="json",
-            schema={"key": "string", "total": "long"},
-            upstream=s1,
-            upstream_uid="to-s2",
-        ),
-    ).then(KeyedOperator("seq", "key", _seq, "key string, last long, seen long, bad long"))
     return s1, s2, first, second, sink, source_topic, internal
 
 
@@ -179,11 +151,7 @@ def test_a_global_restore_with_other_parallelisms_equals_a_failure_free_run(
     # The global restore: stage 1 with 3 subtasks, stage 2 with 1 (both ran with 2).
     with KafkaOffsets(kafka_bootstrap) as kafka:
         runtimes = {
-            name: StageRuntime(
-                CheckpointCoordinator(store, config),
-                source_offsets(pipeline.source, kafka),
-                sink_publisher(pipeline, store, config.mode),
-            )
+            name: stage_runtime(pipeline, config, store, kafka)
             for name, pipeline, store, config in (
                 (s1, first, store1, config1),
                 (s2, second, store2, config2),

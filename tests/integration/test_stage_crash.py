@@ -11,14 +11,19 @@ order; after each, the killed stage's next run recovers. A ``stage-b`` run alway
 too). At the end: every key's seqs are exactly ``1..M`` (M: the seqs produced) in ``stage-b``'s state, the
 internal topic holds every record once, each partition's markers are increasing without
 repeats, and every ``stage-b`` checkpoint was aligned.
+
+The unaligned story (``test_stage_crash_unaligned.py``, its own file so the two long
+stories can run on different test workers) uses the same ``Story``.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +31,7 @@ from kafka import KafkaProducer
 
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.faults import SLOW_CHANNEL_ENV
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.markers import marker_of
 from microcheckpoint.sinks.kafka import read_topic
@@ -48,43 +54,52 @@ PIPELINES = {
 }
 CONFIGS = {"a": {"retained": 2}, "b": {"retained": 50, "timeout": 120}}
 MAX_DRAIN_ROUNDS = 8
+SLOW_S = 4  # how long stage a holds back partition 1's marker in the unaligned story
+HEAD_START_S = 2  # stage b starts first, so it is waiting for a marker when a commits
 
 
-def test_each_stage_killed_at_every_point_counts_every_record_once(
-    kafka_bootstrap: str, spark_connect_url: str, tmp_path: Path
-) -> None:
-    tag = uuid.uuid4().hex[:6]
-    source, internal = f"stage-crash-in-{tag}", f"stage-crash-mid-{tag}"
-    with KafkaOffsets(kafka_bootstrap) as kafka:
-        kafka.create_topic(source, PARTITIONS)
-        kafka.create_topic(internal, 2)
-    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
-    produced: list[tuple[str, int]] = []
+class Story:
+    """The two stages over fresh topics and one checkpoint store, run as jobs."""
 
-    def produce_next() -> None:
+    def __init__(self, bootstrap: str, connect: str, tmp_path: Path, config_b: dict) -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.bootstrap, self.connect = bootstrap, connect
+        self.source, self.internal = f"stage-crash-in-{tag}", f"stage-crash-mid-{tag}"
+        with KafkaOffsets(bootstrap) as kafka:
+            kafka.create_topic(self.source, PARTITIONS)
+            kafka.create_topic(self.internal, 2)
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        self.produced: list[tuple[str, int]] = []
+        self.storage = (tmp_path / "checkpoints").as_uri()
+        self.logs = tmp_path / "logs"
+        self.logs.mkdir()
+        self.flag = tmp_path / "slow-channel"
+        self.configs = {"a": CONFIGS["a"], "b": config_b}
+        self.env = {
+            "STAGE_SOURCE_TOPIC": self.source,
+            "STAGE_INTERNAL_TOPIC": self.internal,
+            "STAGE_BOOTSTRAP": bootstrap,
+        }
+
+    def produce_next(self) -> None:
         """One more seq of every key (key i stays in partition i % 2)."""
-        seq = len(produced) // len(KEYS) + 1
+        seq = len(self.produced) // len(KEYS) + 1
         for i, key in enumerate(KEYS):
             value = json.dumps({"k": key, "seq": seq}).encode()
-            producer.send(source, value=value, partition=i % PARTITIONS)
-            produced.append((key, seq))
-        producer.flush()
+            self.producer.send(self.source, value=value, partition=i % PARTITIONS)
+            self.produced.append((key, seq))
+        self.producer.flush()
 
-    storage = (tmp_path / "checkpoints").as_uri()
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    env = {
-        "STAGE_SOURCE_TOPIC": source,
-        "STAGE_INTERNAL_TOPIC": internal,
-        "STAGE_BOOTSTRAP": kafka_bootstrap,
-    }
-
-    def run(stage: str, crash_at: str | None = None, produce: bool = True):
+    def run(self, stage: str, crash_at: str | None = None, produce: bool = True, slow=False):
         if stage == "a" and produce:
-            produce_next()
+            self.produce_next()
+        env = dict(self.env)
+        if slow:  # stage a's commit holds back partition 1's marker (fires once)
+            self.flag.write_text(f"{self.internal}:1 {SLOW_S}")
+            env[SLOW_CHANNEL_ENV] = str(self.flag)
         done = run_epoch_job(
-            logs, kafka_bootstrap, source, storage, crash_at, spark_connect_url,
-            pipeline=PIPELINES[stage], config=CONFIGS[stage], env_extra=env,
+            self.logs, self.bootstrap, self.source, self.storage, crash_at, self.connect,
+            pipeline=PIPELINES[stage], config=self.configs[stage], env_extra=env,
         )  # fmt: skip
         if crash_at is None:
             assert done.returncode == 0, done.tail()
@@ -93,50 +108,66 @@ def test_each_stage_killed_at_every_point_counts_every_record_once(
         assert not done.leftovers, done.leftovers
         return done
 
+    def together(self, crash_b: str | None = None) -> None:
+        """Stage b, then stage a (slow on partition 1) while b waits for its first marker:
+        b cuts as soon as a's commit writes partition 0's marker, partition 1 in flight."""
+        with ThreadPoolExecutor(1) as pool:
+            downstream = pool.submit(self.run, "b", crash_b)
+            time.sleep(HEAD_START_S)
+            self.run("a", slow=True)
+            downstream.result()
+
+    def check(self) -> list[dict]:
+        """Drain, then the exactly-once checks; returns stage b's alignment labels."""
+        self.producer.close()
+        m = len(self.produced) // len(KEYS)
+        store = open_store(self.storage)
+        state: dict = {}
+        for _ in range(MAX_DRAIN_ROUNDS):  # nothing new is produced: both stages catch up
+            state = read_keyed_state(store, "stage-b", "collect")
+            if all(len(state.get(key, [])) >= m for key in KEYS):
+                break
+            self.run("a", produce=False)
+            self.run("b")
+        # Exactly once through both stages: every key's seqs are 1..M, no gap, no repeat.
+        assert state == {key: list(range(1, m + 1)) for key in KEYS}
+        # The internal topic holds every record once, and each partition's markers increase.
+        rows: Counter[tuple[str, int]] = Counter()
+        for partition in range(2):
+            epochs = []
+            for headers, _, value in read_topic(self.bootstrap, self.internal, [partition]):
+                encoded = [(name, text.encode()) for name, text in headers.items()]
+                marker = marker_of(encoded)
+                if marker is not None:
+                    epochs.append(marker.epoch)
+                else:
+                    row = json.loads(value)
+                    rows[(row["k"], row["seq"])] += 1
+            assert epochs == sorted(set(epochs)), (partition, epochs)
+        assert rows == Counter(dict.fromkeys(self.produced, 1))
+        config = CheckpointConfig.from_mapping({"pipeline": "stage-b", "storage": self.storage})
+        view = CheckpointCoordinator(store, config).view()
+        return [view.pending_record(cid).labels["alignment"] for cid in view.completed]
+
+
+def test_each_stage_killed_at_every_point_counts_every_record_once(
+    kafka_bootstrap: str, spark_connect_url: str, tmp_path: Path
+) -> None:
+    story = Story(kafka_bootstrap, spark_connect_url, tmp_path, CONFIGS["b"])
     kills = [(stage, point) for stage in "ab" for point in CRASH_POINTS]
     random.Random(SEED).shuffle(kills)
     print(f"seed {SEED}: kills in order {kills}")
-    run("a")
-    run("b")
+    story.run("a")
+    story.run("b")
     for stage, point in kills:
         if stage == "a":
-            run("a", point)
-            run("a")
-            run("b")
+            story.run("a", point)
+            story.run("a")
+            story.run("b")
         else:
-            run("a")
-            run("b", point)
-            run("a")
-            run("b")
-
-    producer.close()
-    m = len(produced) // len(KEYS)
-    store = open_store(storage)
-    state: dict = {}
-    for _ in range(MAX_DRAIN_ROUNDS):  # nothing new is produced: both stages catch up
-        state = read_keyed_state(store, "stage-b", "collect")
-        if all(len(state.get(key, [])) >= m for key in KEYS):
-            break
-        run("a", produce=False)
-        run("b")
-    # Exactly once through both stages: every key's seqs are 1..M, no gap, no repeat.
-    assert state == {key: list(range(1, m + 1)) for key in KEYS}
-    # The internal topic holds every record once, and each partition's markers increase.
-    rows: Counter[tuple[str, int]] = Counter()
-    for partition in range(2):
-        epochs = []
-        for headers, _, value in read_topic(kafka_bootstrap, internal, [partition]):
-            encoded = [(name, text.encode()) for name, text in headers.items()]
-            marker = marker_of(encoded)
-            if marker is not None:
-                epochs.append(marker.epoch)
-            else:
-                row = json.loads(value)
-                rows[(row["k"], row["seq"])] += 1
-        assert epochs == sorted(set(epochs)), (partition, epochs)
-    assert rows == Counter(dict.fromkeys(produced, 1))
+            story.run("a")
+            story.run("b", point)
+            story.run("a")
+            story.run("b")
     # Every completed stage-b checkpoint aligned on one stage-a epoch.
-    config = CheckpointConfig.from_mapping({"pipeline": "stage-b", "storage": storage})
-    view = CheckpointCoordinator(store, config).view()
-    modes = {view.pending_record(cid).labels["alignment"]["mode"] for cid in view.completed}
-    assert modes == {"aligned"}
+    assert {a["mode"] for a in story.check()} == {"aligned"}

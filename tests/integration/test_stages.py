@@ -74,14 +74,15 @@ def _mode(**values) -> CheckpointConfig:
     return CheckpointConfig.from_mapping({"pipeline": "down", "storage": "file:///x", **values})
 
 
-def _word_stages(bootstrap: str, prefix: str):
-    """Stage 1 counts the words of LINES (a fresh topic) into an internal topic; stage 2
-    keeps each word's largest total. Returns both names and pipelines, the sink, the topic."""
+def _word_stages(bootstrap: str, prefix: str, lines: list[str] = LINES, operator=None):
+    """Stage 1 counts the words of ``lines`` (a fresh topic) into an internal topic; stage 2
+    keeps each word's largest total (or applies ``operator`` to stage 1's rows). Returns
+    both names and pipelines, the sink, the internal topic and the input topic."""
     from examples.wordcount import produce
 
     tag = uuid.uuid4().hex[:6]
     source_topic, internal = f"{prefix}-in-{tag}", f"{prefix}-mid-{tag}"
-    produce(bootstrap, source_topic, LINES)
+    produce(bootstrap, source_topic, lines)
     s1, s2 = f"{prefix}1{tag}", f"{prefix}2{tag}"
     sink = StageSink("to-s2", bootstrap, internal, key="key", partitions=2)
     first = (
@@ -101,14 +102,14 @@ def _word_stages(bootstrap: str, prefix: str):
             upstream=s1,
             upstream_uid="to-s2",
         ),
-    ).then(running_max("maxes", key="key", value="total"))
-    return s1, s2, first, second, sink, internal
+    ).then(operator or running_max("maxes", key="key", value="total"))
+    return s1, s2, first, second, sink, internal, source_topic
 
 
 def test_each_stage_two_epoch_holds_exactly_one_stage_one_epoch(
     spark, kafka_bootstrap, tmp_path
 ) -> None:
-    s1, s2, first, second, sink, internal = _word_stages(kafka_bootstrap, "s")
+    s1, s2, first, second, sink, internal, _ = _word_stages(kafka_bootstrap, "s")
     store1, store2 = FileStore(f"file://{tmp_path}/s1"), FileStore(f"file://{tmp_path}/s2")
     config1, config2 = _config(store1, s1, 4), _config(store2, s2, None)
     sink.open()
@@ -373,7 +374,7 @@ def test_unaligned_stage_counts_every_row_exactly_once(spark, kafka_bootstrap, t
 def test_at_least_once_stages_write_no_markers_and_lose_nothing(
     spark, kafka_bootstrap, tmp_path
 ) -> None:
-    s1, s2, first, second, sink, internal = _word_stages(kafka_bootstrap, "alo")
+    s1, s2, first, second, sink, internal, _ = _word_stages(kafka_bootstrap, "alo")
     store1, store2 = FileStore(f"file://{tmp_path}/a1"), FileStore(f"file://{tmp_path}/a2")
     sink.open()
     for pipeline, store, name in ((first, store1, s1), (second, store2, s2)):
