@@ -16,7 +16,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from microcheckpoint.errors import ConfigError
+from microcheckpoint.errors import ConfigError, unknown_name
 
 __all__ = [
     "BarrierPolicy",
@@ -144,9 +144,7 @@ class CheckpointConfig:
         known = {f.name for f in fields(cls)} - {"extra"}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(
-                unknown[0], values[unknown[0]], f"not a setting; known: {', '.join(sorted(known))}"
-            )
+            raise unknown_name("a setting", unknown[0], values[unknown[0]], known)
         for required in ("pipeline", "storage"):
             if not values.get(required):
                 raise ConfigError(required, values.get(required), "required")

@@ -5,6 +5,9 @@ Messages name the thing, the value and the fix.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 __all__ = [
     "AcksMissing",
     "CheckpointExpired",
@@ -25,6 +28,7 @@ __all__ = [
     "StorageError",
     "TooManyFailures",
     "TriggerRefused",
+    "unknown_name",
 ]
 
 
@@ -108,3 +112,12 @@ class StateTooLarge(MicrocheckpointError):
 
 class InvalidValue(MicrocheckpointError, ValueError):
     """A value does not fit its type: an id, an offset range, a record value for its schema."""
+
+
+def unknown_name(what: str, name: str, value: object, known: Iterable[str]) -> ConfigError:
+    """The error for ``name`` that is not one of ``known`` (a setting, a form field): it
+    suggests the closest known name (a typo like ``min_paus``) and lists them all."""
+    names = sorted(known)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ConfigError(name, value, f"not {what}; {hint}known: {', '.join(names)}")

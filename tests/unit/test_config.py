@@ -130,11 +130,28 @@ def test_unknown_key_is_refused_by_name() -> None:
     assert exc.field == "timout"
     assert exc.value == "10min"
     message = str(exc)
-    assert message.startswith("config field 'timout' = '10min' is invalid: not a setting; known: ")
+    assert message.startswith(
+        "config field 'timout' = '10min' is invalid: not a setting; did you mean 'timeout'? known: "
+    )
     known = message.split("known: ", 1)[1].split(", ")
     assert "timeout" in known
     assert "extra" not in known
     assert len(known) == 20
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("min_paus", "min_pause"), ("aligned_timout", "aligned_timeout"), ("retain", "retained")],
+)
+def test_a_typo_gets_the_setting_it_is_close_to(typo: str, meant: str) -> None:
+    with pytest.raises(ConfigError, match=f"not a setting; did you mean '{meant}'\\? known: "):
+        build(**{typo: "1"})
+
+
+def test_a_name_close_to_nothing_gets_no_suggestion() -> None:
+    with pytest.raises(ConfigError) as caught:
+        build(colour="blue")
+    assert "did you mean" not in str(caught.value)
 
 
 def test_first_unknown_key_in_sorted_order_is_named() -> None:
