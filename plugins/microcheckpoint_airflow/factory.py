@@ -33,12 +33,14 @@ from microcheckpoint_airflow.operators import (
     LocalEpochOperator,
     NotifyCheckpointOperator,
     RestoreOperator,
+    ResumeTriggeringOperator,
     RetentionOperator,
     SavepointOperator,
     SetPausedOperator,
     SuspendPipelineOperator,
     TriggerCheckpointOperator,
     ValidateRestoreOperator,
+    ValidateSavepointOperator,
 )
 from microcheckpoint_airflow.sensors import (
     AlignmentSensor,
@@ -263,8 +265,8 @@ def _savepoint_dag(spec: PipelineSpec, common: dict) -> DAG:
         description=f"take a savepoint of pipeline {spec.name}",
         params={
             "target": Param(
-                "",
-                type="string",
+                None,
+                type=["null", "string"],
                 title="Target location",
                 description=(
                     "Folder URL under one of the roots "
@@ -284,6 +286,11 @@ def _savepoint_dag(spec: PipelineSpec, common: dict) -> DAG:
         **common,
     )
     with dag:
+        # The target is checked before anything stops; a stop whose savepoint then fails
+        # resumes triggering: the pipeline keeps running, as in Flink.
+        validate = ValidateSavepointOperator(
+            task_id="validate_target", spec=spec, target="{{ params.target }}"
+        )
         suspend = SuspendPipelineOperator(
             task_id="stop_triggering",
             spec=spec,
@@ -302,7 +309,14 @@ def _savepoint_dag(spec: PipelineSpec, common: dict) -> DAG:
         pause = SetPausedOperator(
             task_id="pause_pipeline", spec=spec, paused=True, when="{{ params.stop }}", **API_RETRY
         )
-        suspend >> quiet >> savepoint >> pause
+        resume = ResumeTriggeringOperator(
+            task_id="resume_on_failure",
+            spec=spec,
+            when="{{ params.stop }}",
+            trigger_rule=TriggerRule.ONE_FAILED,
+        )
+        validate >> suspend >> quiet >> savepoint >> pause
+        [quiet, savepoint] >> resume
     return dag
 
 
@@ -452,8 +466,8 @@ def global_dags(
         description=f"a global savepoint of the stages {names} at one aligned cut",
         params={
             "target": Param(
-                "",
-                type="string",
+                None,
+                type=["null", "string"],
                 title="Target location",
                 description=(
                     f"Folder URL under one of the roots ({', '.join(roots)}); empty: "

@@ -23,6 +23,7 @@ from microcheckpoint.protocol.global_savepoints import (
 )
 from microcheckpoint.protocol.records import ClaimMode
 from microcheckpoint_airflow.hooks import CheckpointStorageHook, KafkaHook
+from microcheckpoint_airflow.operators import refuse_unknown_conf
 from microcheckpoint_airflow.points import split_location
 from microcheckpoint_airflow.spec import PipelineSpec
 
@@ -70,6 +71,7 @@ class GlobalSavepointOperator(StagesOperator):
         self.target = target
 
     def execute(self, context: Any) -> str:
+        refuse_unknown_conf(context)
         target = (
             self.target or ""
         ).strip() or f"{self.global_roots[0]}/{self.name}/global-savepoints"
@@ -146,6 +148,7 @@ class ValidateGlobalRestoreOperator(StagesOperator):
         return point, claim, self.requested_parallelism()
 
     def execute(self, context: Any) -> dict[str, Any]:
+        refuse_unknown_conf(context)
         try:
             point, claim, parallelism = self.resolve()
         except MicrocheckpointError as exc:

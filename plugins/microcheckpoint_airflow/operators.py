@@ -30,6 +30,7 @@ from microcheckpoint.errors import (
     ConfigError,
     MicrocheckpointError,
     TriggerRefused,
+    unknown_name,
 )
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
@@ -55,12 +56,15 @@ __all__ = [
     "LocalEpochOperator",
     "NotifyCheckpointOperator",
     "RestoreOperator",
+    "ResumeTriggeringOperator",
     "RetentionOperator",
     "SavepointOperator",
     "SetPausedOperator",
     "SuspendPipelineOperator",
     "TriggerCheckpointOperator",
     "ValidateRestoreOperator",
+    "ValidateSavepointOperator",
+    "refuse_unknown_conf",
     "trigger_checkpoint",
 ]
 
@@ -408,22 +412,34 @@ class SuspendPipelineOperator(PipelineOperator):
 
 
 class SavepointOperator(PipelineOperator):
-    """Copy the latest completed checkpoint into a self-contained savepoint; returns its URL."""
+    """Copy the latest completed checkpoint into a self-contained savepoint; returns its URL.
+
+    ``target``: a folder URL under the pipeline's roots; empty (or None) means
+    ``<storage>/<name>/savepoints/``.
+    """
 
     template_fields = ("checkpoint_id", "target")
 
-    def __init__(self, *, target: str = "", **kwargs: Any) -> None:
+    def __init__(self, *, target: str | None = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.target = target
 
+    def resolve_target(self, coord: CheckpointCoordinator) -> tuple[Any, str | None]:
+        """The target's store and key prefix (None, None: the default folder).
+
+        Raises:
+            ConfigError: a target outside every root, or with ``.``/``..`` segments.
+        """
+        target = "" if self.target in (None, "None") else str(self.target).strip()
+        if not target:
+            return None, None
+        root, prefix = split_location(target, self.spec.roots, "target")
+        return (coord.store if root == self.spec.roots[0] else self.open_root(root)), prefix
+
     def execute(self, context: Any) -> str:
         coord = self.coordinator()
-        target_store, prefix = None, None
-        target = (self.target or "").strip()
         try:
-            if target:
-                root, prefix = split_location(target, self.spec.roots, "target")
-                target_store = coord.store if root == self.spec.roots[0] else self.open_root(root)
+            target_store, prefix = self.resolve_target(coord)
             url = create_savepoint(
                 coord.store, self.spec.name, target=target_store, target_prefix=prefix
             )
@@ -431,6 +447,58 @@ class SavepointOperator(PipelineOperator):
             raise AirflowFailException(str(exc)) from exc
         self.log.info("savepoint of %s: %s", self.spec.name, url)
         return url
+
+
+class ValidateSavepointOperator(SavepointOperator):
+    """Before anything stops: the form's fields are known, the target is allowed, and there
+    is a checkpoint to take the savepoint from (completed, or in flight)."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        refuse_unknown_conf(context)
+        coord = self.coordinator()
+        try:
+            self.resolve_target(coord)
+        except MicrocheckpointError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        view = coord.view()
+        if view.latest_completed is None and not view.in_flight:
+            raise AirflowFailException(
+                f"pipeline {self.spec.name!r} has no completed checkpoint to take a savepoint "
+                f"from, and none in flight; let {self.spec.dag_id} complete one first"
+            )
+        return {
+            "target": self.target or "",
+            "latest_completed": view.latest_completed and view.latest_completed.value,
+        }
+
+
+class ResumeTriggeringOperator(PipelineOperator):
+    """After a failed stop-with-savepoint: clear the stop, so the pipeline keeps running (as
+    Flink leaves a job running when its stop-with-savepoint fails)."""
+
+    template_fields = ("checkpoint_id", "when")
+
+    def __init__(self, *, when: str | bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.when = when
+
+    def execute(self, context: Any) -> bool:
+        if not _truthy(self.when):
+            return False
+        self.coordinator().resume()
+        self.log.warning("stop with savepoint failed: %s keeps triggering", self.spec.name)
+        return True
+
+
+def refuse_unknown_conf(context: Any) -> None:
+    """Fail a run whose conf names a field the DAG's form does not have (a typo such as
+    ``paralelism`` would otherwise be ignored silently)."""
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    known = set(context.get("params") or {})
+    for key in sorted(conf):
+        if key not in known:
+            error = unknown_name("a field of this DAG's form", key, conf[key], known)
+            raise AirflowFailException(str(error))
 
 
 class ValidateRestoreOperator(PipelineOperator):
@@ -487,6 +555,7 @@ class ValidateRestoreOperator(PipelineOperator):
         return coord, point, claim, self.requested_parallelism(), dropped
 
     def execute(self, context: Any) -> dict[str, Any]:
+        refuse_unknown_conf(context)
         try:
             _, point, claim, parallelism, dropped = self.resolve()
         except MicrocheckpointError as exc:

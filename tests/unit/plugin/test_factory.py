@@ -279,13 +279,21 @@ def test_spark_connect_runs_the_epoch_as_a_client_of_the_connection() -> None:
 def test_savepoint_dag() -> None:
     dag = pipeline_dags(make_spec(), start_date=START)["wc_savepoint"]
     assert edges(dag) == {
-        "stop_triggering": ([], ["await_in_flight"]),
-        "await_in_flight": (["stop_triggering"], ["take_savepoint"]),
-        "take_savepoint": (["await_in_flight"], ["pause_pipeline"]),
+        "validate_target": ([], ["stop_triggering"]),
+        "stop_triggering": (["validate_target"], ["await_in_flight"]),
+        "await_in_flight": (["stop_triggering"], ["resume_on_failure", "take_savepoint"]),
+        "take_savepoint": (["await_in_flight"], ["pause_pipeline", "resume_on_failure"]),
         "pause_pipeline": (["take_savepoint"], []),
+        "resume_on_failure": (["await_in_flight", "take_savepoint"], []),
     }
-    assert {k: dag.params.get_param(k).value for k in dag.params} == {"target": "", "stop": False}
-    assert dag.params.get_param("target").schema["type"] == "string"
+    assert dag.get_task("resume_on_failure").trigger_rule == TriggerRule.ONE_FAILED
+    assert dag.get_task("validate_target").target == "{{ params.target }}"
+    assert {k: dag.params.get_param(k).value for k in dag.params} == {"target": None, "stop": False}
+    # The UI's form enables Trigger only when every field validates: an empty target must.
+    target = dag.params.get_param("target")
+    assert target.schema["type"] == ["null", "string"]
+    target.resolve(None)
+    target.resolve("")
     assert dag.params.get_param("stop").schema["type"] == "boolean"
     assert (dag.schedule, dag.max_active_runs, dag.is_paused_upon_creation) == (None, 1, False)
     assert dag.get_task("take_savepoint").target == "{{ params.target }}"
@@ -461,7 +469,7 @@ def test_global_dags_take_and_restore_every_stage() -> None:
     assert sorted(dags) == ["nex_global_restore", "nex_global_savepoint"]
     savepoint = dags["nex_global_savepoint"]
     assert [t.task_id for t in savepoint.tasks] == ["take_global_savepoint"]
-    assert savepoint.params["target"] == ""
+    assert savepoint.params["target"] is None
     restore = dags["nex_global_restore"]
     assert edges(restore) == {
         "validate_point": ([], ["stop_hot", "stop_join"]),

@@ -42,11 +42,13 @@ from microcheckpoint_airflow.operators import (
     AbortCheckpointOperator,
     CompleteCheckpointOperator,
     RestoreOperator,
+    ResumeTriggeringOperator,
     RetentionOperator,
     SavepointOperator,
     SetPausedOperator,
     SuspendPipelineOperator,
     ValidateRestoreOperator,
+    ValidateSavepointOperator,
 )
 from microcheckpoint_airflow.spec import PipelineSpec
 from tests.stored import read_json
@@ -681,3 +683,82 @@ def test_set_paused_without_an_api_connection_fails_naming_it(env: Env, monkeypa
         "and restore DAGs can pause and unpause the pipeline DAG"
     )
     assert isinstance(caught.value.__cause__, ConfigError)
+
+
+# ---- the new-user defects: validate first, resume on failure, unknown form fields ---------
+
+
+RESTORE_FORM = {
+    "point": "latest",
+    "claim_mode": "NO_CLAIM",
+    "allow_non_restored_state": False,
+    "parallelism": 2,
+    "resume": True,
+}
+
+
+def form_context(conf: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    return {**CONTEXT, "dag_run": SimpleNamespace(conf=conf), "params": params}
+
+
+def test_a_restore_form_typo_is_refused_with_the_known_names(env: Env) -> None:
+    spec = env.spec(retained=2)
+    two_epochs(env, spec)
+    before = env.contents()
+    conf = {"point": "latest", "paralelism": 3}
+    with pytest.raises(AirflowFailException) as caught:
+        validate_op(spec).execute(form_context(conf, RESTORE_FORM))
+    assert str(caught.value) == (
+        "config field 'paralelism' = 3 is invalid: not a field of this DAG's form; did you "
+        "mean 'parallelism'? known: allow_non_restored_state, claim_mode, parallelism, point, "
+        "resume"
+    )
+    assert env.contents() == before
+    # The form's own fields pass.
+    assert validate_op(spec).execute(form_context(RESTORE_FORM, RESTORE_FORM))["checkpoint"] == 2
+
+
+@pytest.mark.parametrize("target", [None, "None", ""])
+def test_an_empty_target_means_the_default_folder(env: Env, target) -> None:
+    spec = env.spec(retained=2)
+    two_epochs(env, spec)
+    form = {"target": target, "stop": True}
+    checked = ValidateSavepointOperator(task_id="v", spec=spec, target=target)
+    assert checked.execute(form_context(form, form))["latest_completed"] == 2
+    url = SavepointOperator(task_id="s", spec=spec, target=target).execute(CONTEXT)
+    assert url.startswith(f"{env.url}/pipe/savepoints/savepoint-0000000002-")
+
+
+def test_a_bad_savepoint_target_fails_before_anything_stops(env: Env) -> None:
+    spec = env.spec(retained=2)
+    two_epochs(env, spec)
+    before = env.contents()
+    target = f"{(env.tmp_path / 'elsewhere').as_uri()}/sp"
+    form = {"target": target, "stop": True}
+    with pytest.raises(AirflowFailException, match="a location under one of the configured"):
+        ValidateSavepointOperator(task_id="v", spec=spec, target=target).execute(
+            form_context(form, form)
+        )
+    assert env.contents() == before  # not stopped: no stop marker was written
+    assert env.coordinator(spec).suspended() is None
+
+
+def test_a_savepoint_without_any_checkpoint_fails_validation(env: Env) -> None:
+    spec = env.spec()
+    form = {"target": None, "stop": False}
+    with pytest.raises(AirflowFailException, match="has no completed checkpoint"):
+        ValidateSavepointOperator(task_id="v", spec=spec).execute(form_context(form, form))
+
+
+def test_a_failed_stop_with_savepoint_leaves_the_pipeline_running(env: Env) -> None:
+    spec = env.spec(retained=2)
+    two_epochs(env, spec)
+    SuspendPipelineOperator(task_id="stop", spec=spec, reason="stop with savepoint").execute(
+        CONTEXT
+    )
+    assert env.coordinator(spec).suspended() is not None
+    # Not a stop (params.stop false): nothing to undo.
+    assert ResumeTriggeringOperator(task_id="r", spec=spec, when="False").execute(CONTEXT) is False
+    assert env.coordinator(spec).suspended() is not None
+    assert ResumeTriggeringOperator(task_id="r", spec=spec, when="True").execute(CONTEXT) is True
+    assert env.coordinator(spec).suspended() is None
