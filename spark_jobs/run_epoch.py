@@ -24,16 +24,48 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.engine.runner import run_epoch
+from microcheckpoint.errors import MicrocheckpointError
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.storage import open_store
 
 
+class BadInput(Exception):
+    """An argument is wrong: one line naming it, its value and the fix; exit code 2."""
+
+
 def load_pipeline(spec: str, kwargs: dict | None = None):
     """``module:attr`` of a Pipeline, or of a function building one from ``kwargs``."""
     module, _, attr = spec.partition(":")
-    target = getattr(importlib.import_module(module), attr or "pipeline")
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise BadInput(
+            f"--pipeline {spec!r}: module {exc.name!r} is not importable; give "
+            "module:attribute of a Pipeline on the Python path (run from the project root, "
+            "or set PYTHONPATH)"
+        ) from exc
+    target = getattr(found, attr or "pipeline", None)
+    if target is None:
+        raise BadInput(
+            f"--pipeline {spec!r}: module {module!r} has no attribute {attr or 'pipeline'!r}; "
+            "give module:attribute of a Pipeline"
+        )
     return target(**(kwargs or {})) if callable(target) else target
+
+
+def json_object(flag: str, text: str) -> dict:
+    """The JSON object given to ``flag``."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise BadInput(
+            f"{flag} {text!r} is not JSON ({exc}); give a JSON object, e.g. "
+            '\'{"timeout": "10min"}\''
+        ) from exc
+    if not isinstance(value, dict):
+        raise BadInput(f"{flag} {text!r} is not a JSON object; give one, e.g. '{{}}'")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,13 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cycles < 1 or (args.checkpoint is not None and args.cycles != 1):
         parser.error(f"--cycles {args.cycles}: an integer >= 1, and 1 with --checkpoint")
-
-    pipeline = load_pipeline(args.pipeline, json.loads(args.pipeline_kwargs))
-    options = {"endpoint_url": args.s3_endpoint} if args.storage.startswith("s3://") else {}
-    store = open_store(args.storage, **options)
-    config = CheckpointConfig.from_mapping(
-        {"pipeline": pipeline.name, "storage": args.storage, **json.loads(args.config)}
-    )
+    try:
+        pipeline, config, store, options = _setup(args)
+    except (BadInput, MicrocheckpointError) as exc:
+        # Bad input: one line (no traceback), and nothing was written.
+        print(f"run_epoch.py: {exc}", file=sys.stderr, flush=True)
+        return 2
     from microcheckpoint.engine.spark import connect_spark, local_spark
 
     spark = connect_spark(args.remote) if args.remote else local_spark(args.master)
@@ -102,6 +133,31 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def _setup(args: argparse.Namespace) -> tuple:
+    """The pipeline, its config, the store and the store options, all checked before Spark
+    starts."""
+    pipeline = load_pipeline(args.pipeline, json_object("--pipeline-kwargs", args.pipeline_kwargs))
+    options = {"endpoint_url": args.s3_endpoint} if args.storage.startswith("s3://") else {}
+    store = open_store(args.storage, **options)
+    config = CheckpointConfig.from_mapping(
+        {
+            "pipeline": pipeline.name,
+            "storage": args.storage,
+            **json_object("--config", args.config),
+        }
+    )
+    if args.checkpoint is not None:
+        view = CheckpointCoordinator(store, config).view()
+        if CheckpointId(args.checkpoint) not in view.pending:
+            raise BadInput(
+                f"--checkpoint {args.checkpoint}: pipeline {pipeline.name!r} has no pending "
+                f"checkpoint {args.checkpoint} in {args.storage} (pending: "
+                f"{[c.value for c in view.pending]}); trigger it first, or leave out "
+                "--checkpoint to run a whole cycle"
+            )
+    return pipeline, config, store, options
 
 
 if __name__ == "__main__":
