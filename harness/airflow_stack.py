@@ -151,6 +151,18 @@ class AirflowClient:
             time.sleep(1)
         raise ServiceError(f"run {run_id} of {dag_id} still {state} after {timeout:.0f}s")
 
+    def wait_idle(self, dag_id: str, timeout: float = 300.0) -> list[str]:
+        """Until no run of ``dag_id`` is queued or running (after pausing it, so that none is
+        left half done); returns the final states of its runs."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = [r["state"] for r in self.runs(dag_id)]
+            if all(state in TERMINAL for state in states):
+                return states
+            if time.monotonic() > deadline:
+                raise ServiceError(f"{dag_id} still has runs in flight after {timeout:.0f}s")
+            time.sleep(1)
+
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
         data = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")
         return {t["task_id"]: t["state"] for t in data["task_instances"]}

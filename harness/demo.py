@@ -146,6 +146,9 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             _say(f"restore run {state}; wordcount_pipeline paused: {paused}")
             _follow(store, _consumed(per_partition + lines_second // 2), 600, seen)
             api.set_paused("wordcount_pipeline", True)
+            # A run may be in flight: let it finish, so the demo leaves none half done.
+            states = api.wait_idle("wordcount_pipeline", 300)
+            _say(f"wordcount_pipeline paused; its runs: {dict(Counter(states))}")
 
             counts = read_keyed_state(store, "wordcount", "word-counts")
             truth = Counter(w for line in first + second for w in line.split())
@@ -155,10 +158,13 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
 
             code = code or show_output(output / "published", published, truth)
             print()
-            print(f"Airflow UI: {airflow.url}  (login {airflow.username} / {airflow.password})")
             if keep:
+                print(f"Airflow UI: {airflow.url}  (login {airflow.username} / {airflow.password})")
                 print("KEEP: Airflow and the services keep running; press Ctrl-C to stop them.")
                 _wait_for_stop()
+            else:
+                print("Airflow and the services are stopped now; `make demo KEEP=1` keeps them")
+                print("running at the end, to look around in the UI.")
             return code
         finally:
             airflow.stop()
