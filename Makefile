@@ -1,6 +1,10 @@
 # Entry points: `make demo` runs the pipeline end to end, `make test` runs the whole suite.
 # Both create .venv on first use (Python 3.11) and install what they need.
 
+# bash with pipefail: a failing install shows through the filter that shortens its output.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -12,14 +16,20 @@ venv: $(STAMP)
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or pass PYTHON=/path/to/python3.11"; exit 1; }
+	@echo "==> [1/4] creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@echo "==> [2/4] installing the pinned packages (first time: about 2 minutes; one line each)"
+	$(PY) -m pip install --progress-bar off -r requirements-dev.txt \
+	  | { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; }
 	# The Spark provider pulls pyspark-client, whose files overwrite pyspark's own
 	# Python sources with another version; put pyspark 4.3.0's back.
+	@echo "==> [3/4] restoring pyspark 4.3.0's own sources"
 	$(PY) -m pip install --quiet --no-deps --force-reinstall pyspark==4.3.0
+	@echo "==> [4/4] installing microcheckpoint itself (editable)"
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
+	@echo "==> $(VENV) is ready"
 
 # The pipeline through Airflow's scheduler; `make demo KEEP=1` leaves it running.
 demo: $(STAMP)
