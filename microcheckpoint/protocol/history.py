@@ -80,5 +80,8 @@ def checkpoint_history(store: ObjectStore, pipeline: str) -> dict[str, Any]:
         "latest_completed": view.latest_completed.value if view.latest_completed else None,
         "savepoints": [store.child_url(p.rstrip("/")) for p in list_savepoints(store, pipeline)],
         "restored_from": None if restore is None else restore.source,
+        # Set when the restore fell back to an older checkpoint (or a global restore said
+        # what it skipped): the fact must be seen, not only logged.
+        "restore_note": None if restore is None or not restore.note else restore.note,
         "stopped": None if stopped is None else stopped.to_json(),
     }

@@ -156,6 +156,9 @@ def index() -> str:
             f"restored from <code>{html.escape(data['restored_from'])}</code>"
             if data["restored_from"]
             else "",
+            f"<strong>restore note: {html.escape(data['restore_note'])}</strong>"
+            if data.get("restore_note")
+            else "",
         ]
         savepoints = "".join(f"<li><code>{html.escape(s)}</code></li>" for s in data["savepoints"])
         sections.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -195,3 +196,13 @@ class AirflowApiHook(BaseHook):
         return self._request(
             "PATCH", f"{base}/api/v2/dags/{dag_id}", {"is_paused": paused}, self.token()
         )
+
+    def set_note(self, dag_id: str, run_id: str, note: str) -> dict[str, Any]:
+        """Set the note of run ``run_id`` of ``dag_id`` (shown on the run in the UI; at most
+        1000 characters)."""
+        base, _ = self._base()
+        url = (
+            f"{base}/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+            "?update_mask=note"
+        )
+        return self._request("PATCH", url, {"note": note[:1000]}, self.token())

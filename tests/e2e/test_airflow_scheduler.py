@@ -284,6 +284,21 @@ def test_savepoint_with_stop_then_restore_from_it(world: World):
     assert _group(world) == {0: 200, 1: 200}
 
 
+def test_a_task_notes_its_run_through_the_real_api(world: World, monkeypatch):
+    # A restore that falls back to an older checkpoint notes it on its run this way.
+    from microcheckpoint_airflow.hooks import AirflowApiHook
+
+    api = world.api
+    host, _, port = api.base_url.removeprefix("http://").partition(":")
+    conn = {"conn_type": "http", "host": host, "port": int(port), "schema": "http"}
+    conn.update(login=api.username, password=api.password)
+    monkeypatch.setenv("AIRFLOW_CONN_MICROCHECKPOINT_AIRFLOW_API", json.dumps(conn))
+    run_id = api.runs("wordcount_restore")[-1]["dag_run_id"]
+    note = "Restored from s3://b/chk-1. FELL BACK to checkpoint 1 because " + "x" * 1200
+    AirflowApiHook().set_note("wordcount_restore", run_id, note)
+    assert api.run("wordcount_restore", run_id)["note"] == note[:1000]
+
+
 def _hourly_done(world: World, count: int) -> bool:
     rows = world.rows("wordcount_hourly")
     return len([r for r in rows.values() if r["status"] == "COMPLETED"]) >= count
