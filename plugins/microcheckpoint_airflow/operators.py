@@ -44,6 +44,8 @@ from microcheckpoint.protocol.savepoints import (
     restore,
 )
 from microcheckpoint.protocol.source import group_committer
+from microcheckpoint.protocol.view import CheckpointStatus
+from microcheckpoint_airflow import metrics
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.points import resolve_point, split_location
 from microcheckpoint_airflow.spec import PipelineSpec
@@ -327,6 +329,7 @@ def _complete(coord: CheckpointCoordinator, cid: CheckpointId) -> dict[str, Any]
         meta = complete_checkpoint(coord, cid)
     except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
         raise AirflowFailException(str(exc)) from exc
+    metrics.checkpoint_completed(coord.config.pipeline, meta.statistics, meta.barrier.record_count)
     return {
         "checkpoint": meta.checkpoint_id.value,
         "duration_ms": meta.duration_ms,
@@ -386,12 +389,22 @@ class AbortCheckpointOperator(PipelineOperator):
 
     def execute(self, context: Any) -> None:
         detail = f"a task of Airflow run {context['run_id']} failed"
+        coord, cid = self.coordinator(), self.cid()
+        before = coord.view().pending
         try:
-            abort_failed_run(self.coordinator(), self.cid(), detail)
+            abort_failed_run(coord, cid, detail)
         except MicrocheckpointError as exc:
             raise AirflowFailException(
                 f"{exc}. To resume, trigger DAG {self.spec.restore_dag_id} (point 'latest')"
             ) from exc
+        finally:
+            # Every checkpoint this task aborted (its own, and any that expired) counts.
+            records = coord.view().records
+            for aborted in before:
+                record = records.get(aborted)
+                if record is not None and record.status is CheckpointStatus.ABORTED:
+                    reason = record.abort_reason.value if record.abort_reason else "ABORTED"
+                    metrics.checkpoint_failed(self.spec.name, reason)
 
 
 class SuspendPipelineOperator(PipelineOperator):
@@ -488,6 +501,17 @@ class ResumeTriggeringOperator(PipelineOperator):
         self.coordinator().resume()
         self.log.warning("stop with savepoint failed: %s keeps triggering", self.spec.name)
         return True
+
+
+def note_run(task: PipelineOperator, context: Any, note: str) -> None:
+    """Put ``note`` on this DAG run (best effort: the API may be unreachable; the fact is
+    logged and on the Checkpoints page anyway)."""
+    try:
+        AirflowApiHook(task.spec.api_conn_id).set_note(
+            context["dag"].dag_id, context["run_id"], note
+        )
+    except MicrocheckpointError as exc:
+        task.log.warning("could not set the run's note: %s", exc)
 
 
 def refuse_unknown_conf(context: Any) -> None:
@@ -587,6 +611,11 @@ class RestoreOperator(ValidateRestoreOperator):
         coord.reset_failures()
         coord.resume()
         self.log.info("pipeline %s re-based on %s", self.spec.name, marker.source)
+        if marker.note:
+            # A green run must still say that it fell back: on the run itself, and on the
+            # Checkpoints page (the restore marker's note).
+            self.log.error("%s", marker.note)
+            note_run(self, context, f"Restored from {marker.source}. {marker.note}")
         return {
             "source": marker.source,
             "offsets": {str(tp): o for tp, o in sorted(marker.offsets.items())},

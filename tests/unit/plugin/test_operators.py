@@ -30,6 +30,7 @@ from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol import recovery
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.decider import Verdict
+from microcheckpoint.protocol.history import checkpoint_history
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.pending import AckResult
 from microcheckpoint.protocol.records import AbortReason, Ack, decode_metadata
@@ -762,3 +763,35 @@ def test_a_failed_stop_with_savepoint_leaves_the_pipeline_running(env: Env) -> N
     assert env.coordinator(spec).suspended() is not None
     assert ResumeTriggeringOperator(task_id="r", spec=spec, when="True").execute(CONTEXT) is True
     assert env.coordinator(spec).suspended() is None
+
+
+def test_a_restore_that_falls_back_says_so_on_the_run_and_the_page(env: Env, monkeypatch) -> None:
+    notes: list[tuple[str, str, str]] = []
+
+    class NoteHook:
+        def __init__(self, conn_id: str) -> None:
+            pass
+
+        def set_note(self, dag_id: str, run_id: str, note: str) -> dict[str, Any]:
+            notes.append((dag_id, run_id, note))
+            return {}
+
+    monkeypatch.setattr(operators, "AirflowApiHook", NoteHook)
+    spec = env.spec(retained=2)
+    two_epochs(env, spec)
+    lost = next(k for k in env.store.list(LAYOUT.chk(C2)) if k.endswith("state.bin"))
+    env.store.delete(lost)  # the latest checkpoint is no longer usable
+    context = {**CONTEXT, "dag": SimpleNamespace(dag_id="pipe_restore")}
+    result = restore_op(spec).execute(context)
+    assert result["source"] == f"{env.url}/pipe/chk-0000000001"
+    fell_back = (
+        f"FELL BACK to checkpoint 1 because checkpoint 2: state file {env.url}/{lost} is missing"
+    )
+    assert notes == [
+        ("pipe_restore", "manual__x", f"Restored from {env.url}/pipe/chk-0000000001. {fell_back}")
+    ]
+    assert checkpoint_history(env.store, "pipe")["restore_note"] == fell_back
+    # A restore of the latest usable checkpoint itself leaves no note anywhere.
+    notes.clear()
+    restore_op(spec, point="chk-1").execute(context)
+    assert notes == [] and checkpoint_history(env.store, "pipe")["restore_note"] is None

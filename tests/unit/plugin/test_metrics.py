@@ -1,0 +1,98 @@
+"""Checkpoint metrics reach a StatsD server (a UDP socket on loopback, read here) through
+Airflow's own metrics module, as a task sends them when ``[metrics] statsd_on`` is set."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from airflow.sdk._shared.observability.metrics import statsd_logger
+from airflow.sdk.observability import stats
+from statsd import StatsClient
+
+from microcheckpoint_airflow.operators import AbortCheckpointOperator, CompleteCheckpointOperator
+from tests.unit.plugin.test_operators import CONTEXT, TASKS, TP0, Env
+
+
+@pytest.fixture
+def statsd_server() -> Iterator[socket.socket]:
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind(("127.0.0.1", 0))
+    server.settimeout(5)
+    port = server.getsockname()[1]
+    stats.initialize(
+        factory=lambda: statsd_logger.get_statsd_logger(
+            stats_class=StatsClient, host="127.0.0.1", port=port, prefix="airflow"
+        ),
+        export_legacy_names=False,
+    )
+    try:
+        yield server
+    finally:
+        stats.initialize(factory=None, export_legacy_names=False)  # back to no metrics
+        server.close()
+
+
+def received(server: socket.socket, count: int) -> dict[str, str]:
+    """``count`` StatsD packets: ``{name: "value|type"}``."""
+    out = {}
+    for _ in range(count):
+        name, _, rest = server.recv(4096).decode().partition(":")
+        out[name] = rest
+    return out
+
+
+def test_a_completed_and_a_failed_checkpoint_send_their_metrics(tmp_path, statsd_server) -> None:
+    env = Env(tmp_path)
+    spec = env.spec(tolerable_failures=5, timeout=600)
+    coord = env.coordinator(spec)
+    cid = env.trigger(coord, {TP0: 10})
+    env.ack(coord, cid, *TASKS)
+    done = CompleteCheckpointOperator(task_id="c", spec=spec, checkpoint_id="1").execute(CONTEXT)
+    got = received(statsd_server, 5)
+    meta = coord.view().metadata(cid)
+    size = meta.statistics["checkpointed_size"]
+    assert size > 0 and done["records"] == 10
+    assert got == {
+        "airflow.microcheckpoint.pipe.checkpoint_completed": "1|c",
+        "airflow.microcheckpoint.pipe.checkpoint_duration": got[
+            "airflow.microcheckpoint.pipe.checkpoint_duration"
+        ],
+        "airflow.microcheckpoint.pipe.checkpointed_size": f"{size}|g",
+        "airflow.microcheckpoint.pipe.full_size": f"{meta.statistics['full_size']}|g",
+        "airflow.microcheckpoint.pipe.checkpoint_records": "10|g",
+    }
+    duration = got["airflow.microcheckpoint.pipe.checkpoint_duration"]
+    assert duration.endswith("|ms")
+    assert float(duration[:-3]) == pytest.approx(meta.statistics["end_to_end_duration_ms"])
+    # A failed checkpoint: counted, and by its reason.
+    env.trigger(coord, {TP0: 20})
+    AbortCheckpointOperator(task_id="a", spec=spec, checkpoint_id="2").execute(CONTEXT)
+    assert received(statsd_server, 2) == {
+        "airflow.microcheckpoint.pipe.checkpoint_failed": "1|c",
+        "airflow.microcheckpoint.pipe.checkpoint_failed.DECLINED": "1|c",
+    }
+
+
+def test_a_stage_checkpoint_sends_its_alignment(statsd_server) -> None:
+    from microcheckpoint_airflow import metrics
+
+    statistics = {
+        "end_to_end_duration_ms": 900,
+        "checkpointed_size": 10,
+        "full_size": 30,
+        "alignment": {"alignment_duration_ms": 1500, "waited_ms": 1200, "unaligned": True},
+    }
+    metrics.checkpoint_completed("hot", statistics, 7)
+    got = received(statsd_server, 8)
+    assert {k.removeprefix("airflow.microcheckpoint.hot."): v for k, v in got.items()} == {
+        "checkpoint_completed": "1|c",
+        "checkpoint_duration": "900.000000|ms",
+        "checkpointed_size": "10|g",
+        "full_size": "30|g",
+        "checkpoint_records": "7|g",
+        "alignment_duration": "1500.000000|ms",
+        "alignment_wait": "1200.000000|ms",
+        "checkpoint_unaligned": "1|c",
+    }
