@@ -27,6 +27,7 @@ from pathlib import Path
 from harness import services
 from harness.faults import crash_env
 from microcheckpoint.ids import CheckpointId
+from microcheckpoint.protocol.history import run_attempt
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.view import CheckpointStatus, scan
 
@@ -167,7 +168,7 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
                 result = cycle()
                 _say(
                     f"epoch {epoch}: checkpoint {result.checkpoint_id} completed "
-                    f"(attempt {result.attempt}, {result.records} lines)"
+                    f"(attempt {run_attempt(result.attempt)}, {result.records} lines)"
                 )
             # Catch up: drain what the per-epoch cap left behind.
             with KafkaOffsets(stack.kafka_bootstrap) as kafka:
@@ -248,7 +249,7 @@ def report(store, name, durations, counts, truth, produced) -> int:
         new = [h for h in handles if h.key.startswith(own)]
         offsets = ", ".join(str(o) for _, o in sorted(meta.offsets.items()))
         print(
-            f"{cid.value:>3}  {'COMPLETED':<10} {meta.attempt:>7}  {offsets:<22} "
+            f"{cid.value:>3}  {'COMPLETED':<10} {run_attempt(meta.attempt):>7}  {offsets:<22} "
             f"{len(new):>15} {len(handles) - len(new):>6} {sum(h.size for h in new):>7} "
             f"{durations.get(cid.value, 0):>5.1f}"
         )

@@ -19,7 +19,13 @@ from microcheckpoint.protocol.savepoints import list_savepoints
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["checkpoint_history"]
+__all__ = ["checkpoint_history", "run_attempt"]
+
+
+def run_attempt(stored: int) -> int:
+    """The attempt as people count it, from 1. Stored attempt 1 belongs to the trigger;
+    every processing run begins its own (2, 3, ...), so the first run is stored as 2."""
+    return max(1, stored - 1)
 
 
 def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
@@ -27,7 +33,7 @@ def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
     row: dict[str, Any] = {
         "id": cid.value,
         "status": record.status.value,
-        "attempt": record.attempt,
+        "attempt": run_attempt(record.attempt),
         "notified": record.notified,
     }
     try:
@@ -54,7 +60,7 @@ def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
         row.update(
             end_time_ms=meta.completed_time_ms,
             state_bytes=meta.state_size,
-            attempt=meta.attempt,
+            attempt=run_attempt(meta.attempt),
             statistics=dict(meta.statistics),
         )
     if row.get("end_time_ms") is not None:

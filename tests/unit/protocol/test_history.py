@@ -47,6 +47,21 @@ def test_rows_for_completed_aborted_and_pending_checkpoints(h) -> None:
     assert history["restored_from"] is None
 
 
+def test_attempts_count_processing_runs_from_one(h) -> None:
+    coord = h.coordinator(timeout=600)
+    cid = coord.trigger((SRC, AGG), {TP0: 10}, h.startup({TP0: 0})).checkpoint_id
+    row = lambda: checkpoint_history(h.store, "pipe")["checkpoints"][0]  # noqa: E731
+    assert row()["attempt"] == 1  # triggered, not yet processed
+    assert coord.begin_attempt(cid) == 2  # the first processing run (stored as 2)
+    assert row()["attempt"] == 1
+    assert coord.begin_attempt(cid) == 3  # a retry
+    assert row()["attempt"] == 2
+    for task in (SRC, AGG):
+        h.ack(coord, cid, task, attempt=3)
+    coord.complete(cid)
+    assert row()["status"] == "COMPLETED" and row()["attempt"] == 2
+
+
 def test_savepoints_restore_marker_and_stop_state(h) -> None:
     coord = h.coordinator(retained=3)
     h.epoch(coord, {TP0: 3, TP1: 3})
