@@ -10,6 +10,11 @@ Served by Airflow's API server as a plugin FastAPI app under ``/microcheckpoint`
 
 The pipelines are the ones the DAG files in the DAGs folder declare with
 ``pipeline_dags``; the files are read at most once a minute.
+
+Every route needs Airflow's login (its FastAPI security dependency; the UI's session cookie
+or a bearer token): an anonymous request gets 401. FastAPI's interactive docs pages load
+their scripts from a CDN, so they are off; the OpenAPI schema is served, behind the same
+login, at ``/microcheckpoint/api/openapi.json``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+from airflow.api_fastapi.core_api.security import requires_access_view
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse
 
 from microcheckpoint.protocol.history import checkpoint_history
@@ -33,8 +40,23 @@ from microcheckpoint_airflow.spec import PipelineSpec
 __all__ = ["app", "load_specs"]
 
 app = FastAPI(
-    title="microcheckpoint", description="Checkpoint history of microcheckpoint pipelines"
+    title="microcheckpoint",
+    description="Checkpoint history of microcheckpoint pipelines",
+    # The interactive docs load assets from a CDN (not offline) and FastAPI serves them
+    # outside the app's dependencies (not behind the login): both off.
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,
+    dependencies=[Depends(requires_access_view(AccessView.WEBSITE))],
 )
+
+
+@app.get("/api/openapi.json", include_in_schema=False)
+def openapi() -> dict[str, Any]:
+    """The JSON API's OpenAPI schema (behind the login, like every route here)."""
+    return app.openapi()
+
+
 _cache: dict[str, Any] = {"at": 0.0, "specs": {}}
 
 

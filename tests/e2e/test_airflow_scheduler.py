@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
@@ -364,16 +365,39 @@ def test_backfill_over_past_hours_and_again_from_an_older_checkpoint(world: Worl
     )
 
 
-def test_history_page_serves_the_stored_history(world: World):
+def _get(url: str, token: str | None = None, cookie: bool = False) -> tuple[int, bytes]:
+    """GET ``url`` anonymously, with a bearer token, or as the UI does (its session cookie)."""
+    request = urllib.request.Request(url)
+    if token and cookie:
+        request.add_header("Cookie", f"_token={token}")
+    elif token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_history_page_serves_the_stored_history_behind_the_login(world: World):
     base = world.airflow.url + "/microcheckpoint"
-    with urllib.request.urlopen(base + "/api/pipelines/wordcount", timeout=30) as response:
-        served = json.loads(response.read())
+    pages = ["/", "/api/pipelines", "/api/pipelines/wordcount", "/api/openapi.json"]
+    # Anonymous: 401 everywhere, the API's schema included; the CDN docs pages are off.
+    assert [_get(base + page)[0] for page in pages] == [401, 401, 401, 401]
+    assert _get(base + "/docs", world.api.token())[0] == 404
+    token = world.api.token()
+    status, body = _get(base + "/api/pipelines/wordcount", token)
+    assert status == 200
+    served = json.loads(body)
     stored = world.history()
     assert [r["id"] for r in served["checkpoints"]] == [r["id"] for r in stored["checkpoints"]]
     assert served["savepoints"] == stored["savepoints"]
-    with urllib.request.urlopen(base + "/", timeout=30) as response:
-        page = response.read().decode()
-    assert "<h2>wordcount</h2>" in page and "EXPIRED" in page
+    # A logged-in user inside the UI: the page comes with the UI's session cookie.
+    status, body = _get(base + "/", token, cookie=True)
+    page = body.decode()
+    assert status == 200 and "<h2>wordcount</h2>" in page and "EXPIRED" in page
+    status, body = _get(base + "/api/openapi.json", token)
+    assert status == 200 and "/api/pipelines/{name}" in json.loads(body)["paths"]
 
 
 def test_stored_timestamps_prove_min_pause_and_max_concurrent(world: World):
