@@ -47,8 +47,8 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.savepoints import (
     ClaimMode,
     RestorePoint,
-    choose_restore,
     create_savepoint,
+    resolve_point,
     restore,
 )
 from microcheckpoint.protocol.view import scan
@@ -314,23 +314,13 @@ def _await_quiet(coord: CheckpointCoordinator, timeout: float) -> None:
 
 
 def _point(target: Target, point: str) -> RestorePoint:
-    """``latest``, a checkpoint id (``7``, ``chk-7``) or a savepoint/checkpoint folder URL."""
-    store = target.store()
-    text = point.strip()
-    if text in ("", "latest"):
-        found = choose_restore(store, target.pipeline)
-        if found is None:
-            raise CheckpointNotFound(
-                f"pipeline {target.pipeline!r} has no completed checkpoint; give a savepoint URL"
-            )
-        return found
-    match = re.fullmatch(r"(?:chk-)?0*([1-9]\d*)", text)
-    if match:
-        return choose_restore(store, target.pipeline, checkpoint=CheckpointId(int(match[1])))
-    if "://" not in text:
-        raise ConfigError("point", text, "latest, a checkpoint id (7 or chk-7), or a folder URL")
-    root, _, prefix = _split(text.removesuffix("/_metadata"))
-    return choose_restore(store, target.pipeline, savepoint=(target.store(root), prefix))
+    """``latest``, a checkpoint id (``7``, ``chk-7``) or any savepoint/checkpoint folder URL."""
+
+    def locate(url: str) -> tuple[ObjectStore, str]:
+        root, _, prefix = _split(url)
+        return target.store(root), prefix
+
+    return resolve_point(point, target.pipeline, target.store(), locate)
 
 
 @app.command("restore")

@@ -13,12 +13,14 @@ reference them from incremental checkpoints (so they must stay while referenced)
 from __future__ import annotations
 
 import logging
+import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from microcheckpoint.errors import (
     CheckpointNotFound,
+    ConfigError,
     IncompatibleCheckpoint,
     MetadataFormatError,
     RestoreError,
@@ -45,6 +47,7 @@ __all__ = [
     "create_savepoint",
     "list_savepoints",
     "read_savepoint",
+    "resolve_point",
     "restore",
 ]
 
@@ -185,6 +188,42 @@ def choose_restore(
             f"no completed checkpoint of {pipeline!r} is usable: {'; '.join(problems)}"
         )
     return None
+
+
+def resolve_point(
+    text: str,
+    pipeline: str,
+    store: ObjectStore,
+    locate: Callable[[str], tuple[ObjectStore, str]],
+) -> RestorePoint:
+    """The restore point ``text`` names, as a person writes it (a form, a command line):
+    ``latest`` or empty (the latest usable completed checkpoint), a checkpoint id (``7`` or
+    ``chk-7``), or the URL of a savepoint or checkpoint folder (its ``/_metadata`` may be
+    named too). ``locate(url)`` gives the folder's store and key prefix; it decides which
+    URLs are allowed.
+
+    Raises:
+        ConfigError: a malformed value (or one ``locate`` refuses).
+        CheckpointNotFound: nothing restorable there.
+        IncompatibleCheckpoint: the point belongs to another pipeline.
+    """
+    text = text.strip()
+    if text in ("", "latest"):
+        point = choose_restore(store, pipeline)
+        if point is None:
+            raise CheckpointNotFound(
+                f"pipeline {pipeline!r} has no completed checkpoint to restore; give a savepoint URL"
+            )
+        return point
+    match = re.fullmatch(r"(?:chk-)?0*([1-9]\d*)", text)
+    if match:
+        return choose_restore(store, pipeline, checkpoint=CheckpointId(int(match.group(1))))
+    if "://" not in text:
+        raise ConfigError(
+            "point", text, "latest, a checkpoint id (7 or chk-7), or a savepoint folder URL"
+        )
+    folder_store, prefix = locate(text.rstrip("/").removesuffix("/_metadata"))
+    return choose_restore(store, pipeline, savepoint=(folder_store, prefix))
 
 
 def _checkpoint_point(view: PipelineView, cid: CheckpointId) -> RestorePoint:

@@ -6,13 +6,12 @@ and ``savepoint_roots``); a restore point must exist and belong to the pipeline.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
-from microcheckpoint.errors import CheckpointNotFound, ConfigError
-from microcheckpoint.ids import CheckpointId
-from microcheckpoint.protocol.savepoints import RestorePoint, choose_restore
+from microcheckpoint.errors import ConfigError
+from microcheckpoint.protocol.savepoints import RestorePoint
+from microcheckpoint.protocol.savepoints import resolve_point as resolve_savepoint_text
 from microcheckpoint.storage import ObjectStore
 
 __all__ = ["resolve_point", "split_location"]
@@ -40,33 +39,18 @@ def split_location(url: str, roots: list[str], what: str) -> tuple[str, str]:
 def resolve_point(
     value: Any, pipeline: str, store: ObjectStore, roots: list[str], open_root: OpenStore
 ) -> RestorePoint:
-    """The restore point a Params value names.
-
-    ``value`` is ``latest`` (the latest usable completed checkpoint), a checkpoint id
-    (``7`` or ``chk-7``), or the URL of a savepoint or checkpoint folder under ``roots``.
+    """The restore point a Params value names (``protocol.savepoints.resolve_point``): a URL
+    must lie under ``roots``.
 
     Raises:
         ConfigError: a malformed value or a URL outside the roots.
         CheckpointNotFound: nothing restorable there.
         IncompatibleCheckpoint: the point belongs to another pipeline.
     """
-    text = str(value if value is not None else "latest").strip()
-    if text in ("", "latest"):
-        point = choose_restore(store, pipeline)
-        if point is None:
-            raise CheckpointNotFound(
-                f"pipeline {pipeline!r} has no completed checkpoint to restore; give a savepoint URL"
-            )
-        return point
-    match = re.fullmatch(r"(?:chk-)?0*([1-9]\d*)", text)
-    if match:
-        return choose_restore(store, pipeline, checkpoint=CheckpointId(int(match.group(1))))
-    if "://" not in text:
-        raise ConfigError(
-            "point", text, "latest, a checkpoint id (7 or chk-7), or a savepoint folder URL"
-        )
-    root, prefix = split_location(text, roots, "point")
-    if prefix.endswith("/_metadata") or prefix == "_metadata":
-        prefix = prefix[: -len("_metadata")].rstrip("/")
-    root_store = store if root == roots[0] else open_root(root)
-    return choose_restore(store, pipeline, savepoint=(root_store, prefix))
+
+    def locate(url: str) -> tuple[ObjectStore, str]:
+        root, prefix = split_location(url, roots, "point")
+        return (store if root == roots[0] else open_root(root)), prefix
+
+    text = str(value if value is not None else "latest")
+    return resolve_savepoint_text(text, pipeline, store, locate)
