@@ -21,7 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -109,6 +109,8 @@ def acknowledge(store: ObjectStore, layout: Layout, cid: CheckpointId, ack: Ack)
         return AckResult.DISCARDED
     if ack.task not in view.expected_tasks(cid) or ack.attempt > record.attempt:
         return AckResult.UNKNOWN
+    if ack.acked_at_ms is None:
+        ack = replace(ack, acked_at_ms=int(time.time() * 1000))
     outcome = write_once(store, layout.ack(cid, ack.attempt, ack.task), encode(ack))
     return AckResult.SUCCESS if outcome is WriteOutcome.OK else AckResult.DUPLICATE
 
@@ -245,6 +247,10 @@ class CheckpointCoordinator:
         # Step 2: start offsets.
         start = self.start_point(view)
         starts = dict(start.offsets)
+        marker = view.restore_marker
+        if marker is not None and marker.covers(view.head):
+            # The first checkpoint after a restore: the history counts restores by it.
+            labels = {**(labels or {}), "restored_from": marker.source}
         new = [tp for tp in end_offsets if tp not in starts]
         if new:
             if startup_offsets is None:

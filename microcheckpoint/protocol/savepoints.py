@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from microcheckpoint.errors import (
     CheckpointNotFound,
@@ -84,8 +86,12 @@ def create_savepoint(
     checkpoint: CheckpointId | None = None,
     target: ObjectStore | None = None,
     target_prefix: str | None = None,
+    labels: Mapping[str, Any] | None = None,
 ) -> str:
     """Copy a completed checkpoint (default: the latest) into a self-contained savepoint.
+
+    ``labels`` (e.g. the Airflow run that asked for it) are kept in its ``_metadata`` with
+    the time it was taken (``created_ms``), for the history.
 
     Steps: 1. read the checkpoint's ``_metadata``; 2. copy every state file under the
     savepoint folder; 3. write the savepoint's ``_metadata`` last, put-if-absent, so a
@@ -117,7 +123,8 @@ def create_savepoint(
             handles.append(StateHandle(relative, handle.size, handle.key_groups))
         acks[task] = replace(ack, handles=tuple(handles))
     # Step 3: the savepoint's commit point.
-    saved = replace(meta, acks=acks, kind="savepoint", relative=True)
+    facts = {**(labels or {}), "created_ms": int(time.time() * 1000)}
+    saved = replace(meta, acks=acks, kind="savepoint", relative=True, labels=facts)
     if write_once(target, prefix + "_metadata", encode_metadata(saved)) is not WriteOutcome.OK:
         raise RestoreError(f"savepoint {target.child_url(prefix)} already exists")
     return target.child_url(prefix + "_metadata").rsplit("/", 1)[0]
@@ -272,12 +279,14 @@ def restore(
     parallelism: int | None = None,
     offsets: Mapping[TopicPartition, int] | None = None,
     note: str = "",
+    labels: Mapping[str, Any] | None = None,
 ) -> RestoreMarker:
     """Re-base ``pipeline`` on ``point``: the next checkpoint starts from its offsets and state.
 
     ``offsets`` replaces the point's offsets of those partitions (a global restore moves a
     stage's internal topics past the abandoned epochs of its restored upstream); ``note``
-    is added to the marker's note.
+    is added to the marker's note; ``labels`` (e.g. the Airflow run) and the time go into
+    the marker for the history.
 
     Steps: 1. a point in another storage location (another bucket or folder) is first
     copied into this pipeline's ``savepoints/`` as a self-contained savepoint, so its state
@@ -303,6 +312,8 @@ def restore(
         handle_keys=tuple(point.handle_keys()),
         note="; ".join(n for n in (point.note, note) if n),
         parallelism=parallelism,
+        at_ms=int(time.time() * 1000),
+        labels=dict(labels or {}),
     )
     # Step 2: the marker.
     store.put(layout.restore, encode(marker))

@@ -132,19 +132,25 @@ class Ack:
     handles: tuple[StateHandle, ...] = ()
     operator_state: Mapping[str, Any] = field(default_factory=dict)
     duration_ms: int = 0
+    # When the ack was stored (ms since the epoch; None in acks stored before it existed):
+    # the history's "latest acknowledgement".
+    acked_at_ms: int | None = None
 
     @property
     def size(self) -> int:
         return sum(h.size for h in self.handles)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "task": str(self.task),
             "attempt": self.attempt,
             "handles": [h.to_json() for h in self.handles],
             "operator_state": dict(self.operator_state),
             "duration_ms": self.duration_ms,
         }
+        if self.acked_at_ms is not None:
+            body["acked_at_ms"] = self.acked_at_ms
+        return body
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Ack:
@@ -155,6 +161,7 @@ class Ack:
                 tuple(StateHandle.from_json(h) for h in data.get("handles", ())),
                 dict(data.get("operator_state", {})),
                 int(data.get("duration_ms", 0)),
+                None if data.get("acked_at_ms") is None else int(data["acked_at_ms"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataFormatError(f"ack is malformed: {exc}") from exc

@@ -54,6 +54,9 @@ class CheckpointMetadata:
     # Flink's checkpoint statistics (``protocol.statistics``); empty in savepoints and in
     # checkpoints written before statistics existed.
     statistics: Mapping[str, Any] = field(default_factory=dict)
+    # Facts for people about this copy, e.g. a savepoint's ``created_ms`` and the Airflow
+    # run that took it (``dag_id``, ``run_id``); empty in checkpoints.
+    labels: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def offsets(self) -> dict[TopicPartition, int]:
@@ -94,6 +97,8 @@ def encode_metadata(meta: CheckpointMetadata) -> bytes:
         "writer": meta.writer,
         "statistics": dict(meta.statistics),
     }
+    if meta.labels:
+        body["labels"] = dict(meta.labels)
     return json.dumps(body, indent=1, sort_keys=True).encode()
 
 
@@ -137,6 +142,7 @@ def decode_metadata(data: bytes, source: str) -> CheckpointMetadata:
             base=body.get("base"),
             writer=str(body.get("writer", "")),
             statistics=dict(body.get("statistics") or {}),
+            labels=dict(body.get("labels") or {}),
         )
     except (KeyError, TypeError, ValueError, AttributeError, MetadataFormatError) as exc:
         problem = f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)

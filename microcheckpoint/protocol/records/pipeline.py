@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
@@ -44,6 +44,9 @@ class RestoreMarker:
     handle_keys: tuple[str, ...] = ()
     note: str = ""
     parallelism: int | None = None
+    # When the restore was written and by whom (e.g. the Airflow run), for the history.
+    at_ms: int | None = None
+    labels: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def first_snapshot_full(self) -> bool:
@@ -70,6 +73,8 @@ class RestoreMarker:
             "handle_keys": list(self.handle_keys),
             "note": self.note,
             "parallelism": self.parallelism,
+            "at_ms": self.at_ms,
+            "labels": dict(self.labels),
         }
 
     @classmethod
@@ -92,6 +97,8 @@ class RestoreMarker:
             handle_keys=tuple(str(k) for k in body.get("handle_keys", ())),
             note=str(body.get("note", "")),
             parallelism=None if parallelism in (None, "") else int(parallelism),
+            at_ms=None if body.get("at_ms") is None else int(body["at_ms"]),
+            labels=dict(body.get("labels") or {}),
         )
 
 
