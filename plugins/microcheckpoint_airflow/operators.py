@@ -78,6 +78,11 @@ def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
 
 
+def run_labels(context: Any) -> dict[str, str]:
+    """The Airflow run a stored record comes from, for the history's links."""
+    return {"dag_id": context["dag"].dag_id, "run_id": context["run_id"]}
+
+
 class PipelineOperator(BaseOperator):
     """Base: a pipeline's spec, its storage and coordinator, and the checkpoint id."""
 
@@ -146,7 +151,7 @@ def trigger_checkpoint(
                 publish=sink_publisher(pipeline, coord.store, coord.config.mode),
                 rerun_pending=False,
                 interval=_data_interval(context, task.spec),
-                labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]},
+                labels=run_labels(context),
                 aligned_waited_s=_aligned_waited(context),
             )
         except TriggerRefused as exc:
@@ -454,7 +459,11 @@ class SavepointOperator(PipelineOperator):
         try:
             target_store, prefix = self.resolve_target(coord)
             url = create_savepoint(
-                coord.store, self.spec.name, target=target_store, target_prefix=prefix
+                coord.store,
+                self.spec.name,
+                target=target_store,
+                target_prefix=prefix,
+                labels=run_labels(context),
             )
         except MicrocheckpointError as exc:
             raise AirflowFailException(str(exc)) from exc
@@ -605,7 +614,9 @@ class RestoreOperator(ValidateRestoreOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         try:
             coord, point, claim, parallelism, _ = self.resolve()
-            marker = restore(coord.store, self.spec.name, point, claim, parallelism)
+            marker = restore(
+                coord.store, self.spec.name, point, claim, parallelism, labels=run_labels(context)
+            )
         except MicrocheckpointError as exc:
             raise AirflowFailException(str(exc)) from exc
         coord.reset_failures()
