@@ -377,6 +377,8 @@ class CheckpointCoordinator:
 
     def acknowledge(self, cid: CheckpointId, ack: Ack) -> AckResult:
         """Record a task's ack (put-if-absent, so a repeated ack is a DUPLICATE)."""
+        if ack.acked_at_ms is None:
+            ack = replace(ack, acked_at_ms=self.now_ms())
         return acknowledge(self.store, self.layout, cid, ack)
 
     # ---- abort ----------------------------------------------------------------------

@@ -93,6 +93,9 @@ def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
                 checkpointed_size=stats.get("checkpointed_size"),
                 full_size=stats.get("full_size", meta.state_size),
             )
+        elif record.status is CheckpointStatus.ABORTED:
+            # An abort deletes the checkpoint's acks with its files: not known any more.
+            row["acknowledged"], row["latest_ack_ms"] = None, None
         else:
             row["acknowledged"], row["latest_ack_ms"] = _acks(view, cid, record.attempt)
     except (MicrocheckpointError, OSError, ValueError, KeyError, TypeError) as exc:

@@ -75,3 +75,95 @@ def test_savepoints_restore_marker_and_stop_state(h) -> None:
     assert history["stopped"]["reason"] == "stop with savepoint"
     coord.resume()
     assert checkpoint_history(h.store, "pipe")["stopped"] is None
+
+
+def test_overview_acks_latest_ack_and_summary(h) -> None:
+    coord = h.coordinator(retained=10, timeout=30, tolerable_failures=5)
+    h.epoch(coord, {TP0: 10, TP1: 4})  # 1: 14 records, duration 0
+    h.t[0] = 1100.0
+    p2 = coord.trigger((SRC, AGG), {TP0: 20, TP1: 4}, labels={"run_id": "r2", "dag_id": "d"})
+    h.t[0] = 1102.0
+    h.ack(coord, p2.checkpoint_id, SRC)
+    h.t[0] = 1103.5
+    h.ack(
+        coord, p2.checkpoint_id, AGG, handles=[h.write_state(p2.checkpoint_id, AGG, "s", b"x" * 90)]
+    )
+    h.t[0] = 1104.0
+    coord.complete(p2.checkpoint_id)  # 2: 10 records, 4 s
+    h.t[0] = 1110.0
+    p3 = coord.trigger((SRC, AGG), {TP0: 25, TP1: 4})
+    h.t[0] = 1111.0
+    h.ack(coord, p3.checkpoint_id, SRC)
+    h.t[0] = 1150.0
+    assert coord.abort_expired() == [p3.checkpoint_id]  # 3: EXPIRED, one of two acks
+    h.t[0] = 1160.0
+    coord.trigger((SRC, AGG), {TP0: 30, TP1: 4})  # 4: in progress, no ack yet
+
+    history = checkpoint_history(h.store, "pipe")
+    rows = {r["id"]: r for r in history["checkpoints"]}
+    assert history["counts"] == {
+        "triggered": 4,
+        "in_progress": 1,
+        "completed": 2,
+        "failed": 1,
+        "restored": 0,
+        "unreadable": 0,
+        "retained": 4,
+    }
+    assert (rows[2]["acknowledged"], rows[2]["total"]) == (2, 2)
+    assert rows[2]["latest_ack_ms"] == 1_103_500
+    # An abort deletes the acks with the files: the count is not known any more.
+    assert (rows[3]["acknowledged"], rows[3]["total"], rows[3]["latest_ack_ms"]) == (None, 2, None)
+    assert (rows[4]["acknowledged"], rows[4]["latest_ack_ms"]) == (0, None)
+    assert rows[2]["full_size"] == 90 and rows[2]["checkpointed_size"] == 90
+    assert history["latest"]["completed"] == {
+        "id": 2,
+        "labels": {"run_id": "r2", "dag_id": "d"},
+        "time_ms": 1_104_000,
+    }
+    assert history["latest"]["failed"]["id"] == 3
+    assert history["latest"]["failed"]["reason"] == AbortReason.EXPIRED.value
+    summary = history["summary"]
+    assert summary["duration_ms"] == {"count": 2, "min": 0, "avg": 2000, "max": 4000, "p99": 4000}
+    assert summary["records"] == {"count": 2, "min": 10, "avg": 12, "max": 14, "p99": 14}
+    assert history["config"]["retained"] == 10 and history["config"]["pipeline"] == "pipe"
+
+
+def test_a_corrupt_metadata_is_one_row_with_its_error(h) -> None:
+    coord = h.coordinator(retained=5)
+    h.epoch(coord, {TP0: 3})
+    h.epoch(coord, {TP0: 6})
+    before = h.contents()
+    h.store.put(h.layout.metadata(CheckpointId(1)), b"{not json")
+    history = checkpoint_history(h.store, "pipe")
+    rows = {r["id"]: r for r in history["checkpoints"]}
+    assert rows[1]["status"] == "COMPLETED"
+    assert "_metadata is corrupt (not JSON" in rows[1]["error"]
+    assert "error" not in rows[2] and rows[2]["records"] == 3
+    assert history["counts"]["unreadable"] == 1
+    assert history["summary"]["records"]["count"] == 1  # the unreadable one is left out
+    assert {k for k, v in h.contents().items() if before.get(k) != v} == {
+        h.layout.metadata(CheckpointId(1))
+    }  # reading changed nothing
+
+
+def test_restores_are_counted_and_the_latest_restore_and_savepoint_carry_their_runs(h) -> None:
+    coord = h.coordinator(retained=5)
+    h.epoch(coord, {TP0: 3})
+    h.t[0] = 1200.0
+    url = create_savepoint(h.store, "pipe", labels={"dag_id": "pipe_savepoint", "run_id": "s1"})
+    point = choose_restore(h.store, "pipe", checkpoint=CheckpointId(1))
+    restore(h.store, "pipe", point, ClaimMode.NO_CLAIM, labels={"run_id": "x1"})
+    h.epoch(coord, {TP0: 5})  # 2: the first checkpoint after the restore
+    h.epoch(coord, {TP0: 7})  # 3
+    history = checkpoint_history(h.store, "pipe")
+    assert history["counts"]["restored"] == 1
+    rows = {r["id"]: r for r in history["checkpoints"]}
+    assert rows[2]["labels"]["restored_from"] == f"{h.store.url}/pipe/chk-0000000001"
+    assert "restored_from" not in rows[3]["labels"]
+    latest = history["latest"]
+    assert latest["restore"]["labels"] == {"run_id": "x1"}
+    assert latest["restore"]["source"].endswith("/pipe/chk-0000000001")
+    assert latest["savepoint"]["url"] == url
+    assert latest["savepoint"]["labels"]["run_id"] == "s1"
+    assert latest["savepoint"]["checkpoint_id"] == 1
