@@ -42,6 +42,7 @@ from microcheckpoint_airflow.operators import (
     ValidateRestoreOperator,
     ValidateSavepointOperator,
 )
+from microcheckpoint_airflow.registry import register
 from microcheckpoint_airflow.sensors import (
     AlignmentSensor,
     AwaitAcksSensor,
@@ -66,9 +67,6 @@ CID = "{{ ti.xcom_pull(task_ids='trigger_checkpoint') }}"
 # The id when the epoch task triggers the checkpoint itself.
 CID_IN_EPOCH = "{{ ti.xcom_pull(task_ids='process_epoch', key='checkpoint_id') }}"
 TRIGGER_RETRY: dict[str, Any] = {"retries": 3, "retry_delay": timedelta(seconds=5)}
-
-# Every spec passed to ``pipeline_dags`` in this process (the history page lists them).
-REGISTRY: dict[str, PipelineSpec] = {}
 
 
 @dataclass(frozen=True)
@@ -419,7 +417,7 @@ def pipeline_dags(
         "default_args": dict(default_args or {}),
     }
     spark = spark or LocalSpark()
-    REGISTRY[spec.name] = spec
+    register(spec)  # for the Checkpoints page, which never executes DAG files
     dags = [
         _pipeline_dag(spec, spark, common),
         # Triggered by a person only, so active from the start (a paused DAG queues runs).

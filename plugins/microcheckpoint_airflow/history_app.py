@@ -1,43 +1,48 @@
-"""Checkpoint history in the Airflow UI (like Flink's Checkpoints tab), and as JSON.
+"""The Checkpoints page in the Airflow UI (like Flink's Checkpoints tab), and its JSON API.
 
-Served by Airflow's API server as a plugin FastAPI app under ``/microcheckpoint``:
+Served by Airflow's API server as a plugin FastAPI app under ``/microcheckpoint`` and shown
+in the UI's navigation (``external_views``):
 
-- ``/microcheckpoint/`` — an HTML page per pipeline: checkpoints with status, abort
-  reason, attempt, duration, records, state size, Airflow run and data interval;
-  savepoints, the restore marker, and whether triggering is stopped;
-- ``/microcheckpoint/api/pipelines`` and ``/microcheckpoint/api/pipelines/<name>`` — the
-  same as JSON (``microcheckpoint.protocol.history.checkpoint_history``).
+- ``/microcheckpoint/?pipeline=NAME[&checkpoint=ID]`` — the page (``history_page``);
+- ``/microcheckpoint/api/pipelines`` — the pipelines this user may read;
+- ``/microcheckpoint/api/pipelines/NAME`` — ``checkpoint_history`` as JSON;
+- ``/microcheckpoint/api/pipelines/NAME/checkpoints/ID`` — one checkpoint with subtasks;
+- ``/microcheckpoint/api/openapi.json`` — the API's schema.
 
-The pipelines are the ones the DAG files in the DAGs folder declare with
-``pipeline_dags``; the files are read at most once a minute.
+Every route needs Airflow's login (its FastAPI security dependency: the UI's session or a
+bearer token), so an anonymous request gets 401; a pipeline's data needs read access to
+its DAG. FastAPI's interactive docs pages load their scripts from a CDN: they are off.
 
-Every route needs Airflow's login (its FastAPI security dependency; the UI's session cookie
-or a bearer token): an anonymous request gets 401. FastAPI's interactive docs pages load
-their scripts from a CDN, so they are off; the OpenAPI schema is served, behind the same
-login, at ``/microcheckpoint/api/openapi.json``.
+The pipelines come from the registry the DAG files write when they are parsed
+(``registry``), limited to DAGs Airflow still has: the API server executes no DAG file.
+What is read from storage is cached for ``MICROCHECKPOINT_UI_CACHE_S`` seconds (default 5),
+so page views and API calls do not list the bucket again and again. Errors are JSON bodies
+with a ``detail``: 404 for an unknown pipeline or checkpoint, 503 when the storage cannot
+be read; a corrupt checkpoint is one row with its error, not an error of the page.
 """
 
 from __future__ import annotations
 
-import html
-import importlib.util
+import logging
 import os
+import threading
 import time
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-from airflow.api_fastapi.core_api.security import requires_access_view
-from fastapi import Depends, FastAPI, HTTPException
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_view
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse
 
-from microcheckpoint.protocol.history import checkpoint_history
-from microcheckpoint_airflow import factory
-from microcheckpoint_airflow.hooks import CheckpointStorageHook
-from microcheckpoint_airflow.spec import PipelineSpec
+from microcheckpoint.errors import CheckpointNotFound
+from microcheckpoint.protocol.history import checkpoint_detail, checkpoint_history
+from microcheckpoint_airflow.history_page import render_page
+from microcheckpoint_airflow.registry import registered
 
-__all__ = ["app", "load_specs"]
+__all__ = ["app", "pipelines_for"]
+
+log = logging.getLogger(__name__)
 
 app = FastAPI(
     title="microcheckpoint",
@@ -51,147 +56,175 @@ app = FastAPI(
 )
 
 
+class TimedCache:
+    """Values by key, each kept ``ttl()`` seconds (thread-safe; the API server is async)."""
+
+    def __init__(self, ttl: Callable[[], float]) -> None:
+        self.ttl = ttl
+        self._items: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None and now - hit[0] < self.ttl():
+                return hit[1]
+        value = make()
+        with self._lock:
+            self._items[key] = (time.monotonic(), value)
+        return value
+
+
+def _ttl() -> float:
+    return float(os.environ.get("MICROCHECKPOINT_UI_CACHE_S", "5"))
+
+
+_reads = TimedCache(_ttl)
+
+
 @app.get("/api/openapi.json", include_in_schema=False)
 def openapi() -> dict[str, Any]:
     """The JSON API's OpenAPI schema (behind the login, like every route here)."""
     return app.openapi()
 
 
-_cache: dict[str, Any] = {"at": 0.0, "specs": {}}
-
-
-def _dags_folder() -> Path:
-    folder = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
-    if not folder:
-        from airflow.configuration import conf
-
-        folder = conf.get("core", "dags_folder")
-    return Path(folder)
-
-
-def load_specs(folder: Path | None = None, max_age_s: float = 60.0) -> dict[str, PipelineSpec]:
-    """Pipelines declared by the DAG files in ``folder`` (cached for ``max_age_s``)."""
-    if time.monotonic() - _cache["at"] < max_age_s and folder is None:
-        return _cache["specs"]
-    factory.REGISTRY.clear()
-    for path in sorted((folder or _dags_folder()).glob("*.py")):
-        if "pipeline_dags" not in path.read_text(errors="replace"):
-            continue
-        spec = importlib.util.spec_from_file_location(f"_mcp_dagfile_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
-        except Exception:  # an import error shows in Airflow's own DAG import errors
-            continue
-    specs = dict(factory.REGISTRY)
-    if folder is None:
-        _cache.update(at=time.monotonic(), specs=specs)
-    return specs
-
-
-def _history(spec: PipelineSpec) -> dict[str, Any]:
-    hook = CheckpointStorageHook(spec.storage_conn_id)
+def _active(dag_ids: list[str]) -> set[str] | None:
+    """Which of ``dag_ids`` Airflow has and has not marked stale (None: cannot tell)."""
     try:
-        store = hook.get_store(spec.config.storage)
+        from airflow.models.dag import DagModel
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            query = select(DagModel.dag_id).where(
+                DagModel.dag_id.in_(dag_ids), DagModel.is_stale.is_(False)
+            )
+            return set(session.scalars(query))
+    except Exception as exc:  # no metadata database here: show what is registered
+        log.warning("cannot read Airflow's DAGs: %s", exc)
+        return None
+
+
+def _readable(user: Any) -> set[str] | None:
+    """The DAG ids ``user`` may read (None: cannot tell, e.g. outside the API server)."""
+    try:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        return set(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
+    except Exception as exc:
+        log.warning("cannot read the DAGs %s may read: %s", user, exc)
+        return None
+
+
+def pipelines_for(user: Any) -> dict[str, dict[str, Any]]:
+    """The registered pipelines whose DAG Airflow has and ``user`` may read."""
+    entries = _reads.get("registry", registered)
+    active = _reads.get(
+        ("active", tuple(sorted(entries))), lambda: _active([e["dag_id"] for e in entries.values()])
+    )
+    readable = _readable(user) if user is not None else None
+    return {
+        name: e
+        for name, e in entries.items()
+        if (active is None or e["dag_id"] in active)
+        and (readable is None or e["dag_id"] in readable)
+    }
+
+
+def _store(entry: dict[str, Any]) -> Any:
+    from microcheckpoint_airflow.hooks import CheckpointStorageHook
+
+    try:
+        return CheckpointStorageHook(entry["storage_conn_id"]).get_store(entry["storage"])
     except Exception:  # no connection access here: the environment's credentials
         from microcheckpoint.storage import open_store
 
         endpoint = os.environ.get("MICROCHECKPOINT_S3_ENDPOINT")
         options = {"endpoint_url": endpoint} if endpoint else {}
-        store = open_store(spec.config.storage, **options)
-    data = checkpoint_history(store, spec.name)
-    data["dags"] = [spec.dag_id, spec.savepoint_dag_id, spec.restore_dag_id]
-    return data
+        return open_store(entry["storage"], **options)
+
+
+def _entry(name: str, user: Any) -> dict[str, Any]:
+    entries = pipelines_for(user)
+    if name not in entries:
+        raise HTTPException(
+            404, f"no pipeline {name!r} that you may read; known: {sorted(entries)}"
+        )
+    return entries[name]
+
+
+def _history(entry: dict[str, Any]) -> dict[str, Any]:
+    def read() -> dict[str, Any]:
+        data = checkpoint_history(_store(entry), entry["name"])
+        data["dags"] = [entry["dag_id"], entry["savepoint_dag_id"], entry["restore_dag_id"]]
+        return data
+
+    try:
+        return _reads.get(("history", entry["name"]), read)
+    except Exception as exc:
+        raise HTTPException(
+            503,
+            f"cannot read the checkpoints of {entry['name']!r} in {entry['storage']}: "
+            f"{type(exc).__name__}: {exc}; check the storage connection "
+            f"{entry['storage_conn_id']!r} and that the storage is reachable",
+        ) from exc
+
+
+def _detail(entry: dict[str, Any], checkpoint: int) -> dict[str, Any]:
+    try:
+        return _reads.get(
+            ("detail", entry["name"], checkpoint),
+            lambda: checkpoint_detail(_store(entry), entry["name"], checkpoint),
+        )
+    except CheckpointNotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except Exception as exc:
+        raise HTTPException(
+            503,
+            f"cannot read checkpoint {checkpoint} of {entry['name']!r}: "
+            f"{type(exc).__name__}: {exc}",
+        ) from exc
 
 
 @app.get("/api/pipelines")
-def pipelines() -> dict[str, Any]:
+def pipelines(user: GetUserDep) -> dict[str, Any]:
+    """The pipelines, by name: storage and DAG ids."""
     return {
-        name: {"storage": s.config.storage, "dag_id": s.dag_id} for name, s in load_specs().items()
+        name: {"storage": e["storage"], "dag_id": e["dag_id"]}
+        for name, e in pipelines_for(user).items()
     }
 
 
 @app.get("/api/pipelines/{name}")
-def pipeline_history(name: str) -> dict[str, Any]:
-    specs = load_specs()
-    if name not in specs:
-        raise HTTPException(404, f"no pipeline {name!r}; known: {sorted(specs)}")
-    return _history(specs[name])
+def pipeline_history(name: str, user: GetUserDep) -> dict[str, Any]:
+    """The pipeline's checkpoint history (``microcheckpoint.protocol.history``)."""
+    return _history(_entry(name, user))
 
 
-def _time(ms: Any) -> str:
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(int(ms) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _table(data: dict[str, Any]) -> str:
-    head = [
-        "id",
-        "status",
-        "reason",
-        "attempt",
-        "triggered",
-        "duration",
-        "records",
-        "state",
-        "run",
-        "interval",
-    ]
-    rows = []
-    for c in data["checkpoints"]:
-        labels = c.get("labels") or {}
-        interval = " → ".join(labels.get("data_interval") or [])
-        cells = [
-            c["id"],
-            c["status"],
-            c.get("reason") or "",
-            c.get("attempt", ""),
-            _time(c.get("trigger_time_ms")),
-            f"{c['duration_ms'] / 1000:.1f}s" if "duration_ms" in c else "",
-            c.get("records", ""),
-            c.get("state_bytes", ""),
-            labels.get("run_id", ""),
-            interval,
-        ]
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells) + "</tr>")
-    header = "".join(f"<th>{h}</th>" for h in head)
-    return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
+@app.get("/api/pipelines/{name}/checkpoints/{checkpoint}")
+def pipeline_checkpoint(name: str, checkpoint: int, user: GetUserDep) -> dict[str, Any]:
+    """One checkpoint: its row, offsets, per-subtask statistics and configuration."""
+    return _detail(_entry(name, user), checkpoint)
 
 
 @app.get("/", response_class=HTMLResponse)
-def index() -> str:
-    sections = []
-    for name, spec in sorted(load_specs().items()):
+def index(
+    user: GetUserDep,
+    pipeline: str | None = Query(None),
+    checkpoint: int | None = Query(None),
+) -> str:
+    entries = pipelines_for(user)
+    names = sorted(entries)
+    current = pipeline if pipeline in entries else (names[0] if names else None)
+    data = detail = error = None
+    if pipeline is not None and pipeline not in entries:
+        error = f"no pipeline {pipeline!r} that you may read"
+    if current is not None:
         try:
-            data = _history(spec)
-        except Exception as exc:
-            sections.append(
-                f"<h2>{html.escape(name)}</h2><p>unreadable: {html.escape(str(exc))}</p>"
-            )
-            continue
-        stopped = data["stopped"]
-        facts = [
-            f"storage <code>{html.escape(data['storage'])}</code>",
-            f"latest completed: {data['latest_completed']}",
-            "triggering STOPPED: " + html.escape(stopped.get("reason", "")) if stopped else "",
-            f"restored from <code>{html.escape(data['restored_from'])}</code>"
-            if data["restored_from"]
-            else "",
-            f"<strong>restore note: {html.escape(data['restore_note'])}</strong>"
-            if data.get("restore_note")
-            else "",
-        ]
-        savepoints = "".join(f"<li><code>{html.escape(s)}</code></li>" for s in data["savepoints"])
-        sections.append(
-            f"<h2>{html.escape(name)}</h2><p>{' · '.join(f for f in facts if f)}</p>"
-            f"{_table(data)}<h3>Savepoints</h3><ul>{savepoints or '<li>none</li>'}</ul>"
-        )
-    style = (
-        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px}th{background:#eee}"
-    )
-    return (
-        f"<html><head><title>Checkpoints</title><style>{style}</style></head><body>"
-        f"<h1>Checkpoints</h1>{''.join(sections) or '<p>no pipelines</p>'}</body></html>"
-    )
+            data = _history(entries[current])
+            if checkpoint is not None:
+                detail = _detail(entries[current], checkpoint)
+        except HTTPException as exc:
+            error = str(exc.detail)
+    return render_page(names, current, data, error=error, detail=detail)
