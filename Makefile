@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo demo-engine demo-stages test test-unit test-e2e lint bench picture clean
+.PHONY: venv browser demo demo-engine demo-stages test test-unit test-e2e lint bench picture clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,16 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@touch $(STAMP)
 	@echo "==> $(VENV) is ready"
 
+# The browser tests drive Debian's chromium with Playwright (no browser download).
+CHROMIUM ?= /usr/bin/chromium
+browser: $(CHROMIUM)
+
+$(CHROMIUM):
+	@echo "==> installing Debian's chromium for the browser tests (apt-get, as root)"
+	@[ "$$(id -u)" = 0 ] || { echo "chromium is missing: run 'sudo apt-get install chromium' or pass CHROMIUM=/path/to/chromium"; exit 1; }
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
 # The pipeline through Airflow's scheduler; `make demo KEEP=1` leaves it running.
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" $(PY) -m harness.demo
@@ -45,11 +55,11 @@ demo-stages: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m harness.demo_stages
 
 # Lint first: CI runs `make test` only, so style is checked there too.
-test: lint
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
+test: lint browser
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
-test-e2e: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+test-e2e: $(STAMP) browser
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CHROMIUM="$(CHROMIUM)" $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
