@@ -6,6 +6,7 @@
     microcheckpoint ... restore POINT [--claim] [--parallelism N]
     microcheckpoint ... verify POINT [--bootstrap host:port]
     microcheckpoint ... state export --uid word-counts [--checkpoint 7] --to counts.parquet
+    microcheckpoint ... state import --uid word-counts --from counts.parquet [--offsets startup]
     microcheckpoint ... run --module examples.wordcount:pipeline --bootstrap host:port
 
 ``--storage``, ``--pipeline``, ``--s3-endpoint`` and ``--bootstrap`` may come from the
@@ -456,6 +457,65 @@ def state_export(
     )
     pq.write_table(table, to)
     out.print(f"wrote {len(keys)} keys of {uid} to {to}", markup=False)
+
+
+@state_app.command("import")
+@handles_errors
+def state_import(
+    ctx: typer.Context,
+    uid: str = typer.Option(..., help="operator uid"),
+    source: str = typer.Option(
+        ..., "--from", help="Parquet file of key and state (JSON), as state export writes"
+    ),
+    target_url: str | None = typer.Option(
+        None, "--target", help="folder URL (default: <storage>/<pipeline>/savepoints/)"
+    ),
+    parallelism: int | None = typer.Option(
+        None, help="subtasks to split the state into (default: the latest checkpoint's, else 2)"
+    ),
+    max_parallelism: int | None = typer.Option(
+        None, help="key groups (default: the latest checkpoint's, else 128)"
+    ),
+    offsets: str | None = typer.Option(
+        None,
+        help="where the restored source starts: checkpoint (default when the pipeline has "
+        "one), startup (default otherwise: startup_mode decides), or "
+        "topic:partition=offset,...",
+    ),
+) -> None:
+    """Write a new savepoint whose operator UID holds the table's keyed state, like Flink's
+    State Processor API; other operators' state comes from the latest checkpoint."""
+    from microcheckpoint.state.bootstrap import bootstrap_savepoint, read_state_table
+
+    target: Target = ctx.obj
+    store, prefix = None, None
+    if target_url:
+        root, _, prefix = _split(target_url)
+        store = target.store(root)
+    states = read_state_table(source)
+    done = bootstrap_savepoint(
+        target.store(),
+        target.pipeline,
+        uid,
+        states,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        offsets=offsets,
+        target=store,
+        target_prefix=prefix,
+    )
+    out.print(done.url, markup=False)
+    others = (
+        f"; {', '.join(done.carried_uids)} from checkpoint {done.carried_from}"
+        if done.carried_uids
+        else ""
+    )
+    err.print(
+        f"imported {done.keys} keys of {uid} into {done.parallelism} subtasks "
+        f"({done.max_parallelism} key groups){others}; offsets: {done.offsets}. "
+        f"Next: microcheckpoint restore {done.url}",
+        markup=False,
+    )
 
 
 @app.command()
