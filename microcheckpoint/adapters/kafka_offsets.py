@@ -1,4 +1,5 @@
-"""Kafka offsets for checkpointed sources: partitions, begin/end, by-time and group offsets.
+"""Kafka offsets for checkpointed sources: partitions, begin/end, by-time and group offsets,
+and what retention needs (``retention.ms``, record timestamps).
 
 Works on Apache Kafka and on Tansu 0.6 (the dev broker), whose answers to two requests are
 wrong: ListOffsets LATEST (corrected with a fetch probe's high watermark) and
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as _KTP
 from kafka import errors as kerr
+from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.structs import OffsetAndMetadata
 
 from microcheckpoint.errors import KafkaSourceError
@@ -131,16 +133,26 @@ class KafkaOffsets:
 
     # -- topics and listed offsets -----------------------------------------------------------
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int = 1) -> None:
-        """Create ``topic``; an existing topic is left as it is (its partition count too)."""
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create ``topic``, with topic ``configs`` such as ``{"retention.ms": "86400000"}``;
+        an existing topic is left as it is (its partition count and configs too)."""
+        spec: dict[str, Any] = {
+            "num_partitions": partitions,
+            "replication_factor": replication_factor,
+        }
+        if configs:
+            spec["configs"] = dict(configs)
         with (
             self._errors(f"creating topic {topic!r}"),
             contextlib.suppress(kerr.TopicAlreadyExistsError),
         ):
-            self._admin_client().create_topics(
-                {topic: {"num_partitions": partitions, "replication_factor": replication_factor}},
-                wait_for_metadata=True,
-            )
+            self._admin_client().create_topics({topic: spec}, wait_for_metadata=True)
 
     def _describe(self, topics: set[str]) -> dict[str, list[int]]:
         """Partition numbers of each topic; raise KafkaSourceError for a missing topic."""
@@ -343,6 +355,64 @@ class KafkaOffsets:
             f"{self.bootstrap_servers!r} within request_timeout_ms={self.request_timeout_ms}; "
             "check the broker's health or raise request_timeout_ms"
         )
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None]:
+        """Each topic's ``retention.ms`` as the broker describes it (DescribeConfigs, every
+        config, not just the modified ones); ``-1`` means unlimited.
+
+        None for a topic whose value the broker does not report: Tansu 0.6 reports only the
+        configs a topic was created with, Kafka always reports one (the broker default if
+        the topic has no override).
+
+        Raises:
+            KafkaSourceError: the broker could not answer.
+        """
+        topics = sorted(set(topics))
+        if not topics:
+            return {}
+        resources = [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
+        with self._errors(f"describing the configs of topics {topics}"):
+            described = self._admin_client().describe_configs(resources, config_filter="all")
+        found: dict[str, int | None] = {}
+        for topic in topics:
+            entry = described.get("topic", {}).get(topic, {}).get("retention.ms") or {}
+            try:
+                found[topic] = int(entry["value"])
+            except (KeyError, TypeError, ValueError):
+                found[topic] = None
+        return found
+
+    def record_timestamps(
+        self, positions: Iterable[tuple[TopicPartition, int]]
+    ) -> dict[tuple[TopicPartition, int], int | None]:
+        """The timestamp (ms) of the record at each (partition, offset), fetched.
+
+        Where ``offset`` falls in a gap (compaction, transaction markers), the first record
+        after it is used. None where there is no such record: the offset is at or past the
+        log end (nothing produced there yet), or below the log start (already deleted).
+
+        Raises:
+            KafkaSourceError: a topic or partition does not exist, or Kafka did not answer.
+        """
+        positions = sorted(set(positions), key=lambda p: (p[0].topic, p[0].partition, p[1]))
+        if not positions:
+            return {}
+        tps = self._known(dict.fromkeys(tp for tp, _ in positions))
+        begin, end = self._bounds(tps)
+        reader = self._consumer(max_partition_fetch_bytes=1024)
+        found: dict[tuple[TopicPartition, int], int | None] = {}
+        try:
+            with self._errors(f"fetching records of {[str(tp) for tp in tps]}"):
+                for tp, offset in positions:
+                    record = None
+                    if offset >= begin[tp]:
+                        record = self._record_at(reader, tp, offset, end[tp])
+                    found[(tp, offset)] = None if record is None else int(record.timestamp)
+        finally:
+            reader.close(autocommit=False)
+        return found
 
     # -- consumer groups ---------------------------------------------------------------------
 
