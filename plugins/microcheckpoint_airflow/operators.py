@@ -375,14 +375,38 @@ class NotifyCheckpointOperator(PipelineOperator):
 
 
 class RetentionOperator(PipelineOperator):
-    """Keep ``retained`` completed checkpoints; delete what nothing retained references."""
+    """Keep ``retained`` completed checkpoints; delete what nothing retained references.
+
+    Then warn (a WARNING log line each) about every retained checkpoint and savepoint whose
+    Kafka offsets were deleted by Kafka's retention or will be within
+    ``protocol.replay.DEFAULT_HORIZON_MS``. That check never fails the task: when Kafka
+    cannot answer, one WARNING line says the check did not run.
+    """
 
     def execute(self, context: Any) -> list[int]:
         coord = self.coordinator()
         enforce_retention(coord.store, coord.layout, self.spec.config.retained)
         kept = [c.value for c in coord.view().completed]
         self.log.info("retained checkpoints: %s", kept)
+        self.warn_replayability(coord)
         return kept
+
+    def warn_replayability(self, coord: CheckpointCoordinator) -> None:
+        """Log the replay warnings of the pipeline's retained points (see docs/operations.md)."""
+        from microcheckpoint.adapters.kafka_replay import replay_warnings
+        from microcheckpoint.protocol.replay import kafka_positions, retained_points
+
+        pipeline = coord.config.pipeline
+        if not kafka_positions(retained_points(coord.store, pipeline)):
+            return  # nothing read from Kafka: no Kafka connection needed
+        try:
+            bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
+            warnings = replay_warnings(coord.store, pipeline, bootstrap)
+        except MicrocheckpointError as exc:
+            self.log.warning("replayability check did not run: %s", exc)
+            return
+        for warning in warnings:
+            self.log.warning("replayability: %s", warning["message"])
 
 
 class AbortCheckpointOperator(PipelineOperator):
