@@ -45,6 +45,7 @@ from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.history import checkpoint_history, run_attempt
 from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.replay import ReplayPoint, Severity
 from microcheckpoint.protocol.savepoints import (
     ClaimMode,
     RestorePoint,
@@ -355,7 +356,8 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """A dry-run restore: read every file the point references, check their format, and
-    check that its offsets are still in Kafka (not deleted by retention). Changes nothing."""
+    check that its offsets are still in Kafka (not deleted by retention; a WARNING when
+    retention deletes them within 24 hours). Changes nothing."""
     from microcheckpoint.state.files import read_rows
 
     target: Target = ctx.obj
@@ -373,7 +375,7 @@ def verify(
             )
         except (MicrocheckpointError, OSError, ValueError) as exc:
             checks.append({"check": found.store.child_url(key), "ok": False, "detail": str(exc)})
-    checks += _offset_checks(target, meta.offsets)
+    checks += _offset_checks(target, found)
     ok = all(c["ok"] for c in checks)
     if as_json:
         _json({"point": found.location, "ok": ok, "checks": checks})
@@ -382,16 +384,22 @@ def verify(
         for column in ("check", "result", "detail"):
             table.add_column(column)
         for c in checks:
-            table.add_row(c["check"], "ok" if c["ok"] else "FAILED", c["detail"])
+            result = "FAILED" if not c["ok"] else "WARNING" if c.get("warning") else "ok"
+            table.add_row(c["check"], result, c["detail"])
         out.print(table)
         out.print("VERIFIED" if ok else "NOT RESTORABLE", markup=False)
     if not ok:
         raise typer.Exit(1)
 
 
-def _offset_checks(target: Target, offsets: dict) -> list[dict[str, Any]]:
-    """Each Kafka partition's offset against its log start and end (needs ``--bootstrap``)."""
-    kafka_offsets = {tp: o for tp, o in offsets.items() if not tp.topic.startswith("file:")}
+def _offset_checks(target: Target, found: RestorePoint) -> list[dict[str, Any]]:
+    """Each Kafka partition's offset against its log start and end (needs ``--bootstrap``),
+    and a WARNING row (still ok) where Kafka's retention deletes the record at the offset
+    within ``protocol.replay.DEFAULT_HORIZON_MS``."""
+    meta = found.metadata
+    ident = meta.checkpoint_id.value if meta.kind == "checkpoint" else found.location
+    point = ReplayPoint(meta.kind, ident, meta.offsets)
+    kafka_offsets = point.kafka_offsets()
     if not kafka_offsets:
         return []
     if not target.bootstrap:
@@ -403,11 +411,13 @@ def _offset_checks(target: Target, offsets: dict) -> list[dict[str, Any]]:
             }
         ]
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+    from microcheckpoint.adapters.kafka_replay import assess
 
     checks = []
     with KafkaOffsets(target.bootstrap) as kafka:
         start = kafka.beginning_offsets(kafka_offsets)
         end = kafka.end_offsets(kafka_offsets)
+        soon = [w for w in assess(kafka, [point]) if w.severity is Severity.SOON]
     for tp, offset in sorted(kafka_offsets.items()):
         if offset < start[tp]:
             detail = (
@@ -422,6 +432,9 @@ def _offset_checks(target: Target, offsets: dict) -> list[dict[str, Any]]:
         else:
             detail = f"offset {offset} in [{start[tp]}, {end[tp]}]"
             checks.append({"check": str(tp), "ok": True, "detail": detail})
+    for w in soon:
+        row = {"check": f"{w.partition} retention", "ok": True, "warning": True}
+        checks.append({**row, "detail": w.message})
     return checks
 
 
