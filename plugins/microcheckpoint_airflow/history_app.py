@@ -81,6 +81,7 @@ def _ttl() -> float:
 
 
 _reads = TimedCache(_ttl)
+_replay_reads = TimedCache(lambda: max(60.0, _ttl()))
 
 
 @app.get("/api/openapi.json", include_in_schema=False)
@@ -171,6 +172,32 @@ def _history(entry: dict[str, Any]) -> dict[str, Any]:
         ) from exc
 
 
+def _replay(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The replayability warnings of the pipeline's retained points (docs/operations.md),
+    cached for a minute: they ask Kafka. Kafka out of reach is one warning, not an error."""
+
+    def read() -> list[dict[str, Any]]:
+        from microcheckpoint.adapters.kafka_replay import replay_warnings
+        from microcheckpoint_airflow.hooks import KafkaHook
+
+        try:
+            bootstrap = KafkaHook(entry["kafka_conn_id"]).bootstrap_servers()
+        except Exception:
+            bootstrap = os.environ.get("MICROCHECKPOINT_KAFKA_BOOTSTRAP", "")
+        try:
+            return replay_warnings(_store(entry), entry["name"], bootstrap, request_timeout_ms=3000)
+        except Exception as exc:
+            return [
+                {
+                    "severity": "unchecked",
+                    "message": f"Replayability not checked: Kafka at {bootstrap!r} did not "
+                    f"answer ({exc}); check the connection {entry['kafka_conn_id']!r}",
+                }
+            ]
+
+    return _replay_reads.get(("replay", entry["name"]), read)
+
+
 def _detail(entry: dict[str, Any], checkpoint: int) -> dict[str, Any]:
     try:
         return _reads.get(
@@ -198,8 +225,10 @@ def pipelines(user: GetUserDep) -> dict[str, Any]:
 
 @app.get("/api/pipelines/{name}")
 def pipeline_history(name: str, user: GetUserDep) -> dict[str, Any]:
-    """The pipeline's checkpoint history (``microcheckpoint.protocol.history``)."""
-    return _history(_entry(name, user))
+    """The pipeline's checkpoint history (``microcheckpoint.protocol.history``), with the
+    replayability warnings of its retained points (``replay_warnings``)."""
+    entry = _entry(name, user)
+    return {**_history(entry), "replay_warnings": _replay(entry)}
 
 
 @app.get("/api/pipelines/{name}/checkpoints/{checkpoint}")
@@ -218,13 +247,15 @@ def index(
     names = sorted(entries)
     current = pipeline if pipeline in entries else (names[0] if names else None)
     data = detail = error = None
+    warnings: list[dict[str, Any]] = []
     if pipeline is not None and pipeline not in entries:
         error = f"no pipeline {pipeline!r} that you may read"
     if current is not None:
         try:
             data = _history(entries[current])
+            warnings = _replay(entries[current])
             if checkpoint is not None:
                 detail = _detail(entries[current], checkpoint)
         except HTTPException as exc:
             error = str(exc.detail)
-    return render_page(names, current, data, error=error, detail=detail)
+    return render_page(names, current, data, error=error, detail=detail, warnings=warnings)

@@ -355,6 +355,27 @@ def _detail(detail: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def _replay_box(warnings: Sequence[Mapping[str, Any]]) -> str:
+    """The replayability warnings: one line that counts them, each one on demand (open
+    when Kafka already deleted records a point would replay)."""
+    lost = sum(1 for w in warnings if w.get("severity") == "lost")
+    points = {str(w.get("point")) for w in warnings if "point" in w}
+    if points:
+        head = (
+            f"Replayability: {len(points)} retained point(s) would replay Kafka records that "
+            f"retention deleted ({lost}) or deletes within a day ({len(warnings) - lost})"
+        )
+    else:
+        head = esc(warnings[0].get("message"))
+    items = "".join(f"<li>{esc(w.get('message'))}</li>" for w in warnings if "point" in w)
+    if not items:
+        return f'<div class="warn" data-replay="0">{head}</div>'
+    return (
+        f'<div class="warn" data-replay="{len(warnings)}"><details{" open" if lost else ""}>'
+        f"<summary>{head}</summary><ul>{items}</ul></details></div>"
+    )
+
+
 def render_page(
     names: Sequence[str],
     current: str | None,
@@ -385,8 +406,9 @@ def render_page(
             notes.append(f"Triggering is stopped: {esc(data['stopped'].get('reason'))}")
         if data.get("restore_note"):
             notes.append(f"Restore note: {esc(data['restore_note'])}")
-        notes += [esc(w.get("message")) for w in warnings]
         body += [f'<div class="warn">{n}</div>' for n in notes]
+        if warnings:
+            body.append(_replay_box(warnings))
         body += [
             f'<p class="muted">Storage <code>{esc(data["storage"])}</code> · DAGs '
             + " · ".join(
