@@ -119,14 +119,19 @@ def run_link(labels: Mapping[str, Any] | None) -> str:
 
 
 def table(head: Sequence[str], rows: Iterable[Sequence[str]], right: set[int] = frozenset()) -> str:
-    """An HTML table of already-escaped cells; columns in ``right`` are right-aligned."""
+    """An HTML table of already-escaped cells; columns in ``right`` are right-aligned. A row
+    with fewer cells than ``head`` spans its last cell over the rest."""
     th = "".join(f'<th class="{"r" if i in right else ""}">{h}</th>' for i, h in enumerate(head))
-    body = "".join(
-        "<tr>"
-        + "".join(f'<td class="{"r" if i in right else ""}">{c}</td>' for i, c in enumerate(row))
-        + "</tr>"
-        for row in rows
-    )
+
+    def cells(row: Sequence[str]) -> str:
+        out = []
+        for i, c in enumerate(row):
+            span = len(head) - i if i == len(row) - 1 and len(row) < len(head) else 1
+            attrs = f' colspan="{span}"' if span > 1 else f' class="{"r" if i in right else ""}"'
+            out.append(f"<td{attrs}>{c}</td>")
+        return "".join(out)
+
+    body = "".join(f"<tr>{cells(row)}</tr>" for row in rows)
     return f'<div class="panel"><table><tr>{th}</tr>{body}</table></div>'
 
 
@@ -247,7 +252,6 @@ def _history_rows(data: Mapping[str, Any], base: str) -> list[list[str]]:
                     link,
                     badge("UNREADABLE"),
                     f'<span class="err">{esc(c["error"])}</span>',
-                    *[NONE] * 9,
                 ]
             )
             continue

@@ -10,7 +10,10 @@ The story, in order (the tests share one Airflow and run top to bottom):
 4. ``wordcount_hourly``: a backfill over three past hours gives one checkpoint per hour
    with exactly that hour's records; restoring checkpoint 1 and backfilling hours 1-2
    again replays them once (backfill from a savepoint);
-5. the checkpoint history page answers with the stored history;
+5. the Checkpoints page answers with the stored history behind the login; a person logs
+   in with a headless Chromium, opens it inside Airflow's UI, and its counts, rows and
+   plots match storage; a corrupt ``_metadata`` is one row with its error (screenshots go
+   to ``docs/screenshots/``);
 6. the stored timestamps prove min pause and max concurrent were honoured, and the
    min-pause sensor's log shows that it waited;
 7. the two Nexmark stages (dags/nexmark_stages.py): the second stage's DAG runs on the
@@ -39,11 +42,14 @@ from harness.airflow_stack import AirflowStack, start_airflow
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store, ensure_bucket
 from microcheckpoint.faults import SLOW_ENV
-from microcheckpoint.ids import TopicPartition
-from microcheckpoint.protocol.history import checkpoint_history
+from microcheckpoint.ids import CheckpointId, TopicPartition
+from microcheckpoint.protocol.history import checkpoint_detail, checkpoint_history
+from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.state.reader import read_keyed_state
+from tests.e2e.browser import chromium
 
 pytestmark = pytest.mark.e2e
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 # The pause must outlast the scheduler's gap between one run's end and the next run's
 # sensor start on a busy machine (a few seconds under load), so some sensors defer.
@@ -393,11 +399,110 @@ def test_history_page_serves_the_stored_history_behind_the_login(world: World):
     assert [r["id"] for r in served["checkpoints"]] == [r["id"] for r in stored["checkpoints"]]
     assert served["savepoints"] == stored["savepoints"]
     # A logged-in user inside the UI: the page comes with the UI's session cookie.
-    status, body = _get(base + "/", token, cookie=True)
+    status, body = _get(base + "/?pipeline=wordcount", token, cookie=True)
     page = body.decode()
-    assert status == 200 and "<h2>wordcount</h2>" in page and "EXPIRED" in page
+    assert status == 200 and '">wordcount</a>' in page and "EXPIRED" in page
     status, body = _get(base + "/api/openapi.json", token)
     assert status == 200 and "/api/pipelines/{name}" in json.loads(body)["paths"]
+
+
+def _page_counts(page) -> dict[str, int]:
+    return page.eval_on_selector_all(
+        "[data-count]",
+        "els => Object.fromEntries(els.map(e => [e.dataset.count, +e.querySelector('.n').textContent]))",
+    )
+
+
+def _shown(counts: dict[str, int]) -> dict[str, int]:
+    """The counts the page shows (``unreadable`` only when there are some)."""
+    keys = ["triggered", "in_progress", "completed", "failed", "restored"]
+    return {k: counts[k] for k in keys + (["unreadable"] if counts["unreadable"] else [])}
+
+
+def test_a_person_logs_in_and_reads_the_checkpoints_page_in_a_browser(world: World):
+    base = world.airflow.url
+    broken = Layout("wordcount_hourly").metadata(CheckpointId(3))
+    original = world.store.get(broken)
+    assert original is not None
+    with chromium() as browser:
+        page = browser.new_page()
+        # Anonymous: 401 for the page and its API, in the browser too.
+        assert page.goto(base + "/microcheckpoint/").status == 401
+        assert page.goto(base + "/microcheckpoint/api/pipelines/wordcount").status == 401
+        # Log in through Airflow's own login form.
+        page.goto(base + "/auth/login")
+        page.fill("input[name=username]", world.airflow.username)
+        page.fill("input[name=password]", world.airflow.password)
+        page.click("button[type=submit]")
+        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
+        # The Checkpoints entry of Airflow's navigation shows the page inside the UI.
+        page.goto(base + "/plugin/checkpoints")
+        frame = page.frame_locator("iframe")
+        frame.locator("[data-count=completed]").wait_for(timeout=60_000)
+        frame.locator("nav.tabs a", has_text="wordcount").first.click()
+        frame.locator("a.on", has_text="wordcount").wait_for(timeout=30_000)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(SHOTS / "airflow-checkpoints.png"))
+
+        # The page itself agrees with storage: counts, history rows and each plot's points.
+        def agrees() -> bool:
+            page.goto(base + "/microcheckpoint/?pipeline=wordcount")
+            stored = world.history()
+            rows = [r for r in stored["checkpoints"] if "error" not in r]
+            timed = sum(1 for r in rows if "duration_ms" in r)
+            sized = sum(1 for r in rows if r["status"] == "COMPLETED")
+            return (
+                _page_counts(page) == _shown(stored["counts"])
+                and page.locator("a[href*='checkpoint=']").count() == len(stored["checkpoints"])
+                and page.get_attribute("svg[aria-label='End-to-end duration']", "data-points")
+                == str(timed)
+                and page.locator("svg[aria-label='End-to-end duration'] circle").count() == timed
+                and page.get_attribute("svg[aria-label='Full checkpoint size']", "data-points")
+                == str(sized)
+            )
+
+        wait_for("the page to show what storage holds", agrees, 60, world.airflow)
+        stored = world.history()
+        assert stored["counts"]["completed"] >= 4 and stored["counts"]["failed"] >= 1
+        assert page.locator("text=" + world.savepoint).count() >= 1  # the latest savepoint
+        assert page.locator("[data-replay]").count() == 0  # input of today: replayable
+        page.screenshot(path=str(SHOTS / "checkpoints-page.png"), full_page=True)
+        latest = stored["latest_completed"]
+        page.goto(base + f"/microcheckpoint/?pipeline=wordcount&checkpoint={latest}")
+        subtasks = page.locator("h2:has-text('Checkpoint #') + .panel tr").count() - 1
+        assert subtasks == len(checkpoint_detail(world.store, "wordcount", latest)["subtasks"]) > 0
+        # A corrupt _metadata is one row with its error; the API answers it too.
+        world.store.put(broken, b"{ not json")
+        try:
+            page.wait_for_timeout(6000)  # past the page's cache of storage reads
+            page.goto(base + "/microcheckpoint/?pipeline=wordcount_hourly")
+            row = page.locator("tr", has=page.locator("a", has_text="#3"))
+            assert "UNREADABLE" in row.inner_text() and "is corrupt (not JSON" in row.inner_text()
+            counts = _page_counts(page)
+            assert counts["unreadable"] == 1 and counts["restored"] == 1  # step 4's restore
+            assert page.locator("a[href*='checkpoint=']").count() == len(
+                world.history("wordcount_hourly")["checkpoints"]
+            )
+            row.evaluate("el => el.scrollIntoView({block: 'center'})")
+            page.screenshot(path=str(SHOTS / "checkpoints-unreadable.png"))
+            answer = page.request.get(base + "/microcheckpoint/api/pipelines/wordcount_hourly")
+            assert answer.status == 200
+            # Its input carries March's timestamps: past the 7 days of Kafka's default
+            # retention, so the page warns about each retained point's partitions.
+            replay = answer.json()["replay_warnings"]
+            assert replay and {w["severity"] for w in replay} == {"soon"}
+            assert page.get_attribute("[data-replay]", "data-replay") == str(len(replay))
+            served = {r["id"]: r for r in answer.json()["checkpoints"]}
+            assert "corrupt" in served[3]["error"] and "error" not in served[2]
+            missing = page.request.get(base + "/microcheckpoint/api/pipelines/nope")
+            assert missing.status == 404
+            assert missing.json()["detail"].startswith("no pipeline 'nope' that you may read")
+            gone = page.request.get(
+                base + "/microcheckpoint/api/pipelines/wordcount/checkpoints/9999"
+            )
+            assert gone.status == 404 and "has no checkpoint 9999" in gone.json()["detail"]
+        finally:
+            world.store.put(broken, original.data)
 
 
 def test_stored_timestamps_prove_min_pause_and_max_concurrent(world: World):
