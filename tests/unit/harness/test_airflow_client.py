@@ -178,3 +178,21 @@ def test_a_range_without_runs_is_refused_before_any_creation(fake) -> None:
     ):
         fake.client.backfill("d", TO, FROM)
     assert (fake.posts, len(fake.stored)) == ([], 1)
+
+
+def test_wait_idle_returns_once_the_last_run_in_flight_ended(monkeypatch) -> None:
+    # `make demo` pauses the pipeline and then waits here, so that stopping Airflow never
+    # leaves a run half done (it showed as a failed run).
+    client = AirflowClient("http://127.0.0.1:9", "admin", "pw")
+    answers = iter(
+        [
+            [{"state": "success"}, {"state": "running"}],
+            [{"state": "success"}, {"state": "queued"}, {"state": "running"}],
+            [{"state": "success"}, {"state": "success"}, {"state": "failed"}],
+        ]
+    )
+    asked = []
+    monkeypatch.setattr(client, "runs", lambda dag_id: asked.append(dag_id) or next(answers))
+    monkeypatch.setattr("harness.airflow_stack.time.sleep", lambda s: None)
+    assert client.wait_idle("wordcount_pipeline") == ["success", "success", "failed"]
+    assert asked == ["wordcount_pipeline"] * 3
