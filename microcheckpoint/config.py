@@ -152,6 +152,8 @@ class CheckpointConfig:
         pipeline = v["pipeline"]
         if not isinstance(pipeline, str) or not _NAME.match(pipeline):
             raise ConfigError("pipeline", pipeline, "1-128 characters of A-Z a-z 0-9 . _ -")
+        if pipeline == "_probe":  # the store probe's folder (storage/probe.py)
+            raise ConfigError("pipeline", pipeline, "a name other than the store probe's folder")
         storage = v["storage"]
         if not isinstance(storage, str) or not re.match(
             r"^(file:///|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$))", storage

@@ -26,6 +26,7 @@ __all__ = [
     "ServiceError",
     "StateTooLarge",
     "StorageError",
+    "StoreNotConformant",
     "TooManyFailures",
     "TriggerRefused",
     "unknown_name",
@@ -48,6 +49,10 @@ class ConfigError(MicrocheckpointError, ValueError):
 
 class StorageError(MicrocheckpointError):
     """Checkpoint storage failed or could not be reached."""
+
+
+class StoreNotConformant(StorageError):
+    """Checkpoint storage breaks a promise of the port (put-if-absent): it is refused."""
 
 
 class CommitConflict(MicrocheckpointError):

@@ -91,6 +91,10 @@ class S3Store(ObjectStore):
         self.url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self._endpoint = getattr(getattr(client, "meta", None), "endpoint_url", "") or "AWS"
 
+    @property
+    def identity(self) -> str:
+        return f"{self.url} at {self._endpoint}"
+
     @classmethod
     def from_url(cls, url: str, **options: Any) -> S3Store:
         parsed = urlparse(url)

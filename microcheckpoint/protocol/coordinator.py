@@ -58,6 +58,7 @@ from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_reten
 from microcheckpoint.protocol.statistics import checkpoint_statistics
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
+from microcheckpoint.storage.probe import ensure_put_if_absent
 
 __all__ = [
     "AbortOutcome",
@@ -136,6 +137,7 @@ class CheckpointCoordinator:
         self.clock = clock
         self.token = uuid.uuid4().hex  # makes this writer's bytes unique (see write_once)
         self.failures = FailureManager(store, self.layout, config)
+        self._store_probed = False  # ensure_put_if_absent ran for this coordinator
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -215,11 +217,13 @@ class CheckpointCoordinator:
     ) -> PendingCheckpoint:
         """Allocate checkpoint n and write its barrier.
 
-        Steps: 1. refuse when stopped, in min pause, or at max concurrent; 2. find the
-        start offsets (previous barrier ends, a restore, or the startup offsets for new
-        partitions); 3. plan the barrier; 4. allocate n with put-if-absent of
+        Steps: 1. check once that the store honours put-if-absent (``storage.probe``:
+        a store that does not is refused before anything of the pipeline is written);
+        2. refuse when stopped, in min pause, or at max concurrent; 3. find the start
+        offsets (previous barrier ends, a restore, or the startup offsets for new
+        partitions); 4. plan the barrier; 5. allocate n with put-if-absent of
         ``_pending``, which holds the barrier (one atomic write: no checkpoint exists
-        without its barrier); 5. if a racing trigger took the concurrency slot first,
+        without its barrier); 6. if a racing trigger took the concurrency slot first,
         abort n as TRIGGER_REFUSED. Every processing run then begins its own attempt
         (``begin_attempt``: 2, 3, ...), so a re-run never mixes with an earlier run's acks.
 
@@ -236,7 +240,11 @@ class CheckpointCoordinator:
             files: names the files of a file-source partition's range (and checks the
                 folder's past is what the previous barrier read); kept in ``_pending``.
         """
-        # Step 1: the same checks the sensors make (after finishing half-done completions).
+        # Step 1: the store keeps its put-if-absent promise (one GET after the first time).
+        if not self._store_probed:
+            ensure_put_if_absent(self.store)
+            self._store_probed = True
+        # Step 2: the same checks the sensors make (after finishing half-done completions).
         self.finish_completing()
         view = self.view()
         decision = self.trigger_decision(view)
@@ -244,7 +252,7 @@ class CheckpointCoordinator:
             self.ensure_can_continue(view)
         if not decision.allowed:
             raise TriggerRefused(f"pipeline {self.config.pipeline!r}: {decision.reason}")
-        # Step 2: start offsets.
+        # Step 3: start offsets.
         start = self.start_point(view)
         starts = dict(start.offsets)
         marker = view.restore_marker
@@ -256,14 +264,14 @@ class CheckpointCoordinator:
             if startup_offsets is None:
                 raise TriggerRefused(f"partitions {', '.join(map(str, new))} have no start offset")
             starts.update({tp: int(o) for tp, o in startup_offsets(new).items()})
-        # Step 3: the barrier.
+        # Step 4: the barrier.
         if behind == "empty":
             end_offsets = {tp: max(o, starts.get(tp, o)) for tp, o in end_offsets.items()}
         barrier = plan_barrier(starts, end_offsets, self.config.max_records_per_epoch)
         named = self._barrier_files(view, start, barrier, files)
         expected_set = frozenset(expected)
         now = self.now_ms()
-        # Step 4: allocate the next free id.
+        # Step 5: allocate the next free id.
         cid = view.max_id.next() if view.max_id else CheckpointId(1)
         while True:
             record = PendingRecord(
@@ -280,7 +288,7 @@ class CheckpointCoordinator:
             if write_once(self.store, self.layout.pending(cid), encode(record)) is WriteOutcome.OK:
                 break
             cid = cid.next()
-        # Step 5: a racing trigger may have allocated a lower id meanwhile.
+        # Step 6: a racing trigger may have allocated a lower id meanwhile.
         lower = [c for c in self.view().pending if c < cid]
         if len(lower) >= self.config.effective_max_concurrent:
             self.abort(

@@ -76,6 +76,12 @@ class ObjectStore(abc.ABC):
     def exists(self, key: str) -> bool:
         return self.get(key) is not None
 
+    @property
+    def identity(self) -> str:
+        """What names this store in caches and messages: its URL, and where a client reaches
+        it when that is not the URL alone (an S3 endpoint)."""
+        return self.url
+
     def child_url(self, key: str) -> str:
         """The URL of ``key`` for messages and for other tools."""
         return f"{self.url.rstrip('/')}/{key}"

@@ -16,6 +16,7 @@ from microcheckpoint.protocol.pending import AckResult
 from microcheckpoint.protocol.records import Ack, CheckpointMetadata
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.file import FileStore
+from microcheckpoint.storage.probe import PROBE_PREFIX
 
 PIPELINE = "pipe"
 TP0 = TopicPartition("events", 0)
@@ -93,11 +94,13 @@ class Harness:
         return meta
 
     def keys(self, prefix: str = "") -> list[str]:
-        return list(self.store.list(prefix))
+        """Stored keys, without the store probe's marker (it belongs to the root, not the
+        pipeline: ``storage.probe``)."""
+        return [k for k in self.store.list(prefix) if not k.startswith(PROBE_PREFIX)]
 
     def contents(self, prefix: str = "") -> dict[str, bytes]:
         result = {}
-        for key in self.store.list(prefix):
+        for key in self.keys(prefix):
             obj = self.store.get(key)
             assert obj is not None
             result[key] = obj.data
