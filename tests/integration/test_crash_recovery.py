@@ -98,12 +98,13 @@ def kafka(kafka_bootstrap: str) -> Iterator[KafkaOffsets]:
         yield adapter
 
 
-def produce_sequences(bootstrap: str, topic: str) -> list[Produced]:
-    """Key i lives in partition i % 2; the keys of a partition take turns: seq 1 of each, 2, ..."""
+def produce_sequences(bootstrap: str, topic: str, seqs: range = range(1, M + 1)) -> list[Produced]:
+    """Key i lives in partition i % 2; the keys of a partition take turns: seq 1 of each, 2, ...
+    (``seqs``: the seqs to send, 1..M unless given)."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     sent = []
     try:
-        for seq in range(1, M + 1):
+        for seq in seqs:
             for i, key in enumerate(KEYS):
                 value = json.dumps({"k": key, "seq": seq}).encode()
                 future = producer.send(
@@ -171,10 +172,13 @@ def run_epoch_job(
     pipeline: str = "tests.integration.crash_pipeline:pipeline",
     config: dict | None = None,
     env_extra: dict[str, str] | None = None,
+    kill_after_s: float | None = None,
 ) -> Run:
     """One ``run_epoch.py`` cycle (local Spark, or a client of the Connect server ``remote``);
     waits (bounded) for its whole session to exit, then kills whatever is left.
-    ``leftovers`` names what was still alive at the deadline."""
+    ``leftovers`` names what was still alive at the deadline. With ``kill_after_s``, a job
+    still running that long after its start is SIGKILLed with its whole session (a kill at
+    a random moment, not at a named point)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),  # the Connect server's workers import the pipeline by package
@@ -210,7 +214,13 @@ def run_epoch_job(
         sid = proc.pid
         leftovers: list[str] = []
         try:
-            returncode = proc.wait(timeout=RUN_TIMEOUT_S)
+            try:
+                returncode = proc.wait(timeout=kill_after_s or RUN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                if kill_after_s is None:
+                    raise
+                os.killpg(sid, signal.SIGKILL)
+                returncode = proc.wait()
             deadline = time.monotonic() + LEFTOVER_DEADLINE_S
             while (alive := _session_members(sid)) and time.monotonic() < deadline:
                 time.sleep(0.2)
