@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv browser demo demo-engine demo-stages test test-unit test-e2e lint bench picture clean
+.PHONY: venv browser demo demo-engine demo-stages test test-unit test-e2e stress lint bench picture clean
 
 venv: $(STAMP)
 
@@ -63,6 +63,19 @@ test-e2e: $(STAMP) browser
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
+
+# Randomized stress (tests/integration/test_stress.py): seeded random produce, cycle,
+# kill -9, savepoint and restore steps, checked after each. A failure names its seed and
+# steps: `make stress SEEDS=<seed> STEPS=<n>` replays it. Ends with the table of the runs.
+SEEDS ?= 1 2 3
+STEPS ?= 40
+STRESS_REPORT ?= /tmp/microcheckpoint-stress.jsonl
+stress: $(STAMP)
+	rm -f $(STRESS_REPORT)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" STRESS_SEEDS="$(SEEDS)" STRESS_STEPS="$(STEPS)" \
+	  STRESS_REPORT="$(STRESS_REPORT)" $(PY) -m pytest tests/integration/test_stress.py \
+	  -n 2 --dist load $(PYTEST_ARGS) || failed=$$?; \
+	$(PY) -m harness.stress $(STRESS_REPORT); exit $${failed:-0}
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.bench_checkpoint_bytes
