@@ -151,17 +151,23 @@ class AirflowClient:
             time.sleep(1)
         raise ServiceError(f"run {run_id} of {dag_id} still {state} after {timeout:.0f}s")
 
-    def wait_idle(self, dag_id: str, timeout: float = 300.0) -> list[str]:
-        """Until no run of ``dag_id`` is queued or running (after pausing it, so that none is
-        left half done); returns the final states of its runs."""
+    def quiesce(self, dag_id: str, timeout: float = 300.0) -> list[str]:
+        """Pause ``dag_id`` with none of its runs left half done; returns their final states.
+
+        The scheduler does not schedule the tasks of a paused DAG's runs, so a run caught in
+        flight by the pause would wait for ever (and fail when Airflow stops). While a run
+        is unfinished, the DAG is unpaused until that run ends, then paused again.
+        """
         deadline = time.monotonic() + timeout
         while True:
-            states = [r["state"] for r in self.runs(dag_id)]
-            if all(state in TERMINAL for state in states):
-                return states
-            if time.monotonic() > deadline:
-                raise ServiceError(f"{dag_id} still has runs in flight after {timeout:.0f}s")
-            time.sleep(1)
+            self.set_paused(dag_id, True)
+            runs = self.runs(dag_id)
+            unfinished = [r["dag_run_id"] for r in runs if r["state"] not in TERMINAL]
+            if not unfinished:
+                return [r["state"] for r in runs]
+            self.set_paused(dag_id, False)
+            for run_id in unfinished:
+                self.wait_run(dag_id, run_id, max(1.0, deadline - time.monotonic()))
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
         data = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances")

@@ -145,9 +145,8 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             paused = api.dag("wordcount_pipeline")["is_paused"]
             _say(f"restore run {state}; wordcount_pipeline paused: {paused}")
             _follow(store, _consumed(per_partition + lines_second // 2), 600, seen)
-            api.set_paused("wordcount_pipeline", True)
-            # A run may be in flight: let it finish, so the demo leaves none half done.
-            states = api.wait_idle("wordcount_pipeline", 300)
+            # Pause it with no run left half done (one may be in flight).
+            states = api.quiesce("wordcount_pipeline", 300)
             _say(f"wordcount_pipeline paused; its runs: {dict(Counter(states))}")
 
             counts = read_keyed_state(store, "wordcount", "word-counts")
@@ -223,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         help="leave everything running at the end (make demo KEEP=1)",
     )
     args = parser.parse_args(argv)
+    # A SIGTERM (a `timeout`, a CI job cancelled) unwinds like Ctrl-C, so every service
+    # this demo started is stopped by its `finally`, none left orphaned.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     return run(args.lines, args.more_lines, args.max_records, args.keep)
 
 

@@ -180,19 +180,21 @@ def test_a_range_without_runs_is_refused_before_any_creation(fake) -> None:
     assert (fake.posts, len(fake.stored)) == ([], 1)
 
 
-def test_wait_idle_returns_once_the_last_run_in_flight_ended(monkeypatch) -> None:
-    # `make demo` pauses the pipeline and then waits here, so that stopping Airflow never
-    # leaves a run half done (it showed as a failed run).
+def test_quiesce_lets_a_run_caught_by_the_pause_finish_then_pauses(monkeypatch) -> None:
+    # `make demo` ends this way: a paused DAG's runs are not scheduled, so a run in flight
+    # at the pause would be left half done (and fail when Airflow stops).
     client = AirflowClient("http://127.0.0.1:9", "admin", "pw")
-    answers = iter(
+    listings = iter(
         [
-            [{"state": "success"}, {"state": "running"}],
-            [{"state": "success"}, {"state": "queued"}, {"state": "running"}],
-            [{"state": "success"}, {"state": "success"}, {"state": "failed"}],
+            [{"dag_run_id": "a", "state": "success"}, {"dag_run_id": "b", "state": "running"}],
+            [{"dag_run_id": "a", "state": "success"}, {"dag_run_id": "b", "state": "success"}],
         ]
     )
-    asked = []
-    monkeypatch.setattr(client, "runs", lambda dag_id: asked.append(dag_id) or next(answers))
-    monkeypatch.setattr("harness.airflow_stack.time.sleep", lambda s: None)
-    assert client.wait_idle("wordcount_pipeline") == ["success", "success", "failed"]
-    assert asked == ["wordcount_pipeline"] * 3
+    calls: list[tuple] = []
+    monkeypatch.setattr(client, "runs", lambda dag_id: next(listings))
+    monkeypatch.setattr(client, "set_paused", lambda dag_id, p: calls.append(("paused", p)))
+    monkeypatch.setattr(
+        client, "wait_run", lambda dag_id, run_id, t: calls.append(("wait", run_id)) or "success"
+    )
+    assert client.quiesce("wordcount_pipeline") == ["success", "success"]
+    assert calls == [("paused", True), ("paused", False), ("wait", "b"), ("paused", True)]
