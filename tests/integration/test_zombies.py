@@ -115,6 +115,7 @@ def test_two_cycles_of_one_epoch_and_late_zombies_count_once(
         loser = (racers - {meta.attempt}).pop()
         assert not killed_by_sigkill(losers[0])
         assert "AcksMissing" in losers[0].err or "CommitConflict" in losers[0].err, losers[0].err
+        print(f"attempt {meta.attempt} won; the loser: {losers[0].err.strip().splitlines()[-1]}")
         assert {a.attempt for a in meta.acks.values()} == {meta.attempt}
         outcome = coordinator(store).outcome(cid)
         assert outcome is not None and outcome.attempt == meta.attempt
