@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -232,7 +233,12 @@ def start_moto(log_dir: Path, timeout: float = 30.0) -> tuple[Service, S3Endpoin
     moto = Path(sys.executable).with_name("moto_server")
     argv = [str(moto)] if moto.exists() else [sys.executable, "-m", "moto.server"]
     argv += ["-H", "127.0.0.1", "-p", str(port)]
-    endpoint = S3Endpoint(f"http://127.0.0.1:{port}")
+    # Keys of its own each start (moto accepts any): a leaked one is then findable in logs.
+    endpoint = S3Endpoint(
+        f"http://127.0.0.1:{port}",
+        access_key=f"MCPTEST{secrets.token_hex(6).upper()}",
+        secret_key=secrets.token_urlsafe(24),
+    )
     env = {**os.environ, **endpoint.environment()}
     service = _spawn("moto-s3", argv, env, log_dir, endpoint.url)
     _wait_until(service, lambda: _http_answers(endpoint.url + "/"), timeout)
