@@ -43,6 +43,7 @@ from microcheckpoint.adapters.decoding import SourceRecord
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.kafka_reader import Split, read_split
 from microcheckpoint.errors import ConfigError, KafkaSinkError
+from microcheckpoint.faults import Faults
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.sinks.base import EpochInfo, Row, Sink
 
@@ -251,7 +252,8 @@ class KafkaSink(Sink):
             2. Per target partition, scan the tail for this writer's records: a later epoch
                means this epoch is published there (skip); else the seqs of this epoch present.
             3. Produce the missing records in seq order (acks=all, one request in flight, no
-               producer retries) and flush.
+               producer retries) and flush. Between the first target partition and the rest
+               sits the ``publishing`` hold point (``microcheckpoint.faults``).
             4. Verify every send succeeded; on a failed send raise KafkaSinkError (a new
                ``commit`` call re-scans and publishes only what is missing).
 
@@ -272,15 +274,21 @@ class KafkaSink(Sink):
         # Step 3
         producer = self._producer_client()
         futures = []
+        held = Faults.from_env()
         with self._errors(f"publishing epoch {epoch.checkpoint_id}"):
-            for partition, records in missing.items():
+            for index, (partition, records) in enumerate(missing.items()):
+                if index == 1:  # the hold point: one partition published, the rest not yet
+                    held.hold("publishing", lambda: self._flush(producer))
                 for seq, key, value in records:
                     futures.append(
                         self._send(producer, partition, key, value, self._headers(epoch, seq))
                     )
-            producer.flush(timeout=self.request_timeout_ms / 1000)
+            self._flush(producer)
         # Step 4
         self._verify(futures, f"publishing epoch {epoch.checkpoint_id}")
+
+    def _flush(self, producer: Any) -> None:
+        producer.flush(timeout=self.request_timeout_ms / 1000)
 
     def _send(
         self,

@@ -103,3 +103,53 @@ def test_arming_helpers_refuse_unknown_points(tmp_path: Path) -> None:
     flag = tmp_path / "flag"
     assert slow_once(flag, 2.5, "wordcount") == {faults.SLOW_ENV: str(flag)}
     assert flag.read_text() == "wordcount 2.5"
+
+
+def test_a_hold_point_holds_one_process_until_released(tmp_path: Path) -> None:
+    import threading
+
+    from harness.faults import Hold
+
+    hold = Hold(tmp_path / "hold", "publishing")
+    flag = hold.env[faults.HOLD_ENV]
+    calls: list[str] = []
+    assert not faults.hold_point(flag, "reading", lambda: calls.append("flushed"))
+    assert calls == [] and not hold.reached  # another point passes by and leaves it armed
+    done = threading.Event()
+
+    def holder() -> None:
+        faults.hold_point(flag, "publishing", lambda: calls.append("flushed"))
+        done.set()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    hold.wait_reached(30)
+    assert calls == ["flushed"]
+    assert not done.wait(0.2)  # still held
+    assert not faults.hold_point(flag, "publishing")  # a second process passes by
+    hold.release()
+    thread.join(30)
+    assert done.is_set() and not hold.reached
+
+
+def test_a_reading_hold_comes_after_the_first_batch_only(tmp_path: Path) -> None:
+    import threading
+
+    from harness.faults import Hold
+
+    hold = Hold(tmp_path / "hold", "reading")
+    armed = faults.Faults(hold_flag=hold.env[faults.HOLD_ENV])
+    seen: list[list[int]] = []
+
+    def read() -> None:
+        seen.extend(armed.reading_batches([[0, 1], [2], [3]]))
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    hold.wait_reached(30)
+    assert seen == [[0, 1]]
+    hold.release()
+    thread.join(30)
+    assert seen == [[0, 1], [2], [3]]
+    with pytest.raises(ValueError, match="unknown hold point 'lunch'"):
+        Hold(tmp_path / "other", "lunch")
