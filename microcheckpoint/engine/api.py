@@ -66,6 +66,12 @@ class KafkaSource:
     Records have the columns ``topic, partition, offset, timestamp_ms, key, headers`` and
     ``value`` decoded per ``value_format`` (``bytes``, ``text`` or ``json``; with ``json``
     and a ``schema`` of ``{field: string|long|double|boolean}`` the fields become columns).
+
+    ``timeout_s`` bounds how long a reader waits for the broker: a split whose position has
+    not moved for that long fails the epoch, naming the broker and the client's last error
+    (and it bounds the driver's check of the ranges). Keep it below the checkpoint timeout,
+    so that a broker down for longer declines the checkpoint with that reason instead of
+    letting it expire (docs/engine.md).
     """
 
     uid: str
@@ -73,6 +79,7 @@ class KafkaSource:
     value_format: str = "bytes"
     schema: dict[str, str] | None = None
     max_records_per_split: int = 100_000
+    timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uid", _uid("source", self.uid))
@@ -85,6 +92,12 @@ class KafkaSource:
             raise ConfigError(
                 "max_records_per_split", self.max_records_per_split, "an integer >= 1"
             )
+        if (
+            isinstance(self.timeout_s, bool)
+            or not isinstance(self.timeout_s, int | float)
+            or not self.timeout_s > 0
+        ):
+            raise ConfigError("timeout_s", self.timeout_s, "a number of seconds > 0")
 
 
 @dataclass(frozen=True)

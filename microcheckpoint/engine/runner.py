@@ -129,10 +129,10 @@ def _kafka_frame(
     if not splits:
         return spark.createDataFrame([], ddl)
     # Every range against its partition (retention, a re-created topic), once for the epoch.
-    check_splits(bootstrap, splits)
+    check_splits(bootstrap, splits, timeout_s=source.timeout_s)
     reader = KafkaSplitReader(
         bootstrap, tuple(splits), source.value_format, source.schema, faults,
-        drop_markers=isinstance(source, StageSource),
+        drop_markers=isinstance(source, StageSource), timeout_s=source.timeout_s,
     )  # fmt: skip
     return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
 

@@ -95,6 +95,7 @@ class KafkaSplitReader:
     faults: Faults = field(default_factory=Faults)
     batch_rows: int = 8192
     drop_markers: bool = False  # an internal topic's barrier markers are not rows
+    timeout_s: float = 60.0  # a split that makes no progress this long fails (the source's)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -107,7 +108,7 @@ class KafkaSplitReader:
         arrow, _ = kafka_schema(self.value_format, self.schema)
         records: list[Any] = []
         # The driver checked every split against its partition (``check_splits``).
-        fetched = read_split_batches(self.bootstrap, split, check=False)
+        fetched = read_split_batches(self.bootstrap, split, check=False, timeout_s=self.timeout_s)
         for batch in self.faults.reading_batches(fetched):
             records += self._without_markers(batch) if self.drop_markers else batch
             while len(records) >= self.batch_rows:

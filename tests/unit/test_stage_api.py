@@ -56,3 +56,11 @@ def test_a_stage_sink_refuses_bad_partitions_and_keys() -> None:
         StageSink("to", "127.0.0.1:1", "mid", key="k", partitions=200, max_parallelism=128)
     with pytest.raises(ConfigError, match="key"):
         StageSink("to", "127.0.0.1:1", "mid", key="")
+
+
+def test_a_kafka_source_bounds_its_wait_for_the_broker() -> None:
+    assert KafkaSource("a", ["ta"]).timeout_s == 60.0
+    assert KafkaSource("a", ["ta"], timeout_s=2.5).timeout_s == 2.5
+    for bad in (0, -1, True, "5"):
+        with pytest.raises(ConfigError, match="timeout_s"):
+            KafkaSource("a", ["ta"], timeout_s=bad)
