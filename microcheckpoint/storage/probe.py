@@ -72,7 +72,10 @@ def ensure_put_if_absent(store: ObjectStore) -> bool:
     created = write_once(store, key, first)
     refused = write_once(store, key, second)
     stored = store.get(key)
-    if created is not WriteOutcome.OK or refused is not WriteOutcome.CONFLICT:
+    if created is not WriteOutcome.OK:
+        store.delete(key)
+        raise _refusal(store, key, "the first one, of a new key, answered CONFLICT")
+    if refused is not WriteOutcome.CONFLICT:
         store.delete(key)
         raise _refusal(store, key, f"the second write answered {refused.value.upper()}")
     if stored is None or stored.data != first:

@@ -22,10 +22,13 @@ class CountingStore(ObjectStore):
     """A file store that counts reads and writes; ``ignore_condition`` makes put-if-absent a
     plain put that answers OK (a store that ignores ``If-None-Match``)."""
 
-    def __init__(self, root: Path, ignore_condition: bool = False) -> None:
+    def __init__(
+        self, root: Path, ignore_condition: bool = False, always_conflict: bool = False
+    ) -> None:
         self.inner = FileStore(root.as_uri())
         self.url = self.inner.url
         self.ignore_condition = ignore_condition
+        self.always_conflict = always_conflict
         self.gets = 0
         self.writes = 0
         self.read_keys: list[str] = []
@@ -41,6 +44,8 @@ class CountingStore(ObjectStore):
 
     def put_if_absent(self, key: str, data: bytes) -> WriteOutcome:
         self.writes += 1
+        if self.always_conflict:
+            return WriteOutcome.CONFLICT
         if self.ignore_condition:
             self.inner.put(key, data)
             return WriteOutcome.OK
@@ -65,11 +70,11 @@ def _fresh_process_cache() -> Iterator[None]:
     forget_probes()
 
 
-def refusal(store: ObjectStore) -> str:
+def refusal(store: ObjectStore, what: str = "the second write answered OK") -> str:
     return (
         f"checkpoint storage {store.url} does not honour put-if-absent (If-None-Match: *): a "
-        "second put-if-absent of _probe/if-none-match/<token> must be refused, but the second "
-        "write answered OK. With such a store two writers can both win a checkpoint id, an ack "
+        f"second put-if-absent of _probe/if-none-match/<token> must be refused, but {what}. "
+        "With such a store two writers can both win a checkpoint id, an ack "
         "or an outcome: checkpoints would hold duplicated or lost data, so no checkpoint is "
         "taken. Use a store that supports conditional writes (AWS S3, or MinIO with its read "
         "quorum available), or a file:// store"
@@ -112,6 +117,16 @@ def test_a_store_that_ignores_the_condition_is_refused_and_not_marked(tmp_path: 
     assert list(store.list()) == []  # no marker, and the probe object is removed
     with pytest.raises(StoreNotConformant):  # not remembered: asked again, refused again
         ensure_put_if_absent(store)
+
+
+def test_a_store_that_refuses_even_a_new_key_is_refused(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path, always_conflict=True)
+
+    with pytest.raises(StoreNotConformant) as exc:
+        ensure_put_if_absent(store)
+
+    assert masked(exc) == refusal(store, "the first one, of a new key, answered CONFLICT")
+    assert list(store.list()) == []
 
 
 def test_a_trigger_on_such_a_store_is_refused_before_the_pipeline_writes(tmp_path: Path) -> None:
