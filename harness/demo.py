@@ -156,6 +156,7 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             from harness.demo_engine import show_output
 
             code = code or show_output(output / "published", published, truth)
+            code = code or _check_logs(output, s3, airflow)
             print()
             if keep:
                 print(f"Airflow UI: {airflow.url}  (login {airflow.username} / {airflow.password})")
@@ -167,6 +168,24 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             return code
         finally:
             airflow.stop()
+
+
+def _check_logs(output, s3, airflow: AirflowStack) -> int:
+    """No credential in any log written so far (Airflow's, its tasks', the services')."""
+    from harness.leaks import find_leaks, log_files
+
+    secrets = {
+        "S3 secret key": s3.secret_key,
+        "Airflow admin password": airflow.password,
+        "Airflow JWT secret": airflow.env["AIRFLOW__API_AUTH__JWT_SECRET"],
+    }
+    leaks = find_leaks([output], secrets)
+    if leaks:
+        print("CREDENTIALS: LEAKED - " + "; ".join(leaks))
+        return 1
+    files = len(log_files([output]))
+    print(f"CREDENTIALS: OK - none of {len(secrets)} secrets in {files} log files")
+    return 0
 
 
 def _wait_for_stop() -> None:

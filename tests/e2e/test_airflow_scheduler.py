@@ -19,7 +19,8 @@ The story, in order (the tests share one Airflow and run top to bottom):
 7. the two Nexmark stages (dags/nexmark_stages.py): the second stage's DAG runs on the
    first stage's Asset events, waits for aligned inputs with its deferrable sensor, and
    counts exactly the true bids per item and window; a global savepoint, more input, then
-   a global restore of both stages with other parallelisms gives the true counts again.
+   a global restore of both stages with other parallelisms gives the true counts again;
+8. no credential (the S3 secret key, the admin password, the JWT secret) is in any log.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import pytest
 
 from examples import nexmark_stages, wordcount
 from harness.airflow_stack import AirflowStack, start_airflow
+from harness.leaks import find_leaks, log_files
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store, ensure_bucket
 from microcheckpoint.faults import SLOW_ENV
@@ -632,3 +634,16 @@ def test_stage_dags_run_on_asset_events_and_restore_globally(world: World):
     ]
     world.api.set_paused(f"{JOIN}_pipeline", True)
     world.api.set_paused(f"{HOT}_pipeline", True)
+
+
+def test_no_credential_appears_in_any_log(world: World, s3_endpoint, service_log_dir):
+    # Last: every log of the whole story is written (Airflow's own and each task's, the
+    # services'). The S3 keys are this session's own (harness.services.start_moto).
+    secrets = {
+        "S3 secret key": s3_endpoint.secret_key,
+        "Airflow admin password": world.airflow.password,
+        "Airflow JWT secret": world.airflow.env["AIRFLOW__API_AUTH__JWT_SECRET"],
+    }
+    folders = [world.airflow.home, service_log_dir]
+    assert len(log_files(folders)) > 50  # the task logs of every run are there
+    assert find_leaks(folders, secrets) == []
