@@ -23,7 +23,7 @@ spec = PipelineSpec(
         "topics": [topic],
         "interval": "1h",
         "barrier_policy": "data_interval",
-        "timeout": env("WORDCOUNT_TIMEOUT", "10min"),
+        "timeout": env("WORDCOUNT_HOURLY_TIMEOUT", env("WORDCOUNT_TIMEOUT", "10min")),
         "tolerable_failures": 1,
         "retained": int(env("WORDCOUNT_HOURLY_RETAINED", "3")),
         "startup_mode": "earliest",
