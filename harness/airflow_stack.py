@@ -49,14 +49,20 @@ class ApiError(ServiceError):
 
 
 class AirflowClient:
-    """REST API v2 with a bearer token from the simple auth manager."""
+    """REST API v2 with a bearer token from the simple auth manager.
+
+    ``sqlite``: Airflow's metadata database is SQLite, whose single writer makes the API
+    refuse calls now and then ("database is locked"); only then are the work-arounds below
+    on. On PostgreSQL every error is raised at once: none is expected.
+    """
 
     retry_pause_s = 1.0  # between retries of a refused call
 
-    def __init__(self, base_url: str, username: str, password: str) -> None:
+    def __init__(self, base_url: str, username: str, password: str, sqlite: bool = True) -> None:
         self.base_url = base_url.rstrip("/")
         self.username = username
         self.password = password
+        self.sqlite = sqlite
         self._token: str | None = None
 
     def _call(
@@ -84,7 +90,8 @@ class AirflowClient:
                 return json.loads(raw) if raw else None
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode(errors="replace")
-                if not (retry and _locked(exc.code, detail)) or time.monotonic() > deadline:
+                locked = self.sqlite and retry and _locked(exc.code, detail)
+                if not locked or time.monotonic() > deadline:
                     raise ApiError(
                         f"Airflow {method} {path} answered {exc.code}: {detail[:2000]}",
                         exc.code,
@@ -226,14 +233,19 @@ class AirflowClient:
                 made.append(self._call("POST", "/api/v2/backfills", part, retry=False))
                 return made
             except ApiError as exc:
+                # Only SQLite stores part of a creation that answered an error.
                 stored = [b for b in self.backfills(dag_id) if b["id"] not in known]
+                if stored and not self.sqlite:
+                    raise
                 if stored:
                     covered = self._backfill_dates(dag_id, request)
                     made.append(stored[-1])
                     remaining = [d for d in remaining if d not in covered]
                     deadline = time.monotonic() + 180
                     continue
-                wait = "already a running backfill" in exc.detail or _locked(exc.status, exc.detail)
+                wait = "already a running backfill" in exc.detail or (
+                    self.sqlite and _locked(exc.status, exc.detail)
+                )
                 if not wait or time.monotonic() > deadline:
                     raise
             time.sleep(2 * self.retry_pause_s)
@@ -427,7 +439,9 @@ def start_airflow(
     )
     airflow = Path(sys.executable).with_name("airflow")
     service = _spawn("airflow", [str(airflow), "standalone"], env, home, f"127.0.0.1:{port}")
-    client = AirflowClient(f"http://127.0.0.1:{port}", "admin", password)
+    client = AirflowClient(
+        f"http://127.0.0.1:{port}", "admin", password, sqlite=database == "sqlite"
+    )
     stack = AirflowStack(service, client, home, port, "admin", password, env, postgres)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

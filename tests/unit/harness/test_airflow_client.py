@@ -171,6 +171,17 @@ def test_another_database_error_is_raised_with_its_cause(fake) -> None:
     assert (len(fake.posts), len(fake.stored), fake.runs) == (1, 1, [])
 
 
+@pytest.mark.parametrize("fake", [[(LOCKED_503, None)], [(LOCKED_500, 1)]], indirect=True)
+def test_on_postgresql_no_sqlite_work_around_hides_an_error(fake) -> None:
+    # On PostgreSQL a refused or partly stored creation is a real failure: raised at once,
+    # not retried nor completed as on SQLite.
+    client = fake.client
+    client.sqlite = False
+    with pytest.raises(ServiceError, match=r"answered 50[03]: .*locked"):
+        client.backfill("d", FROM, TO)
+    assert len(fake.posts) == 1
+
+
 @pytest.mark.parametrize("fake", [[]], indirect=True)
 def test_a_range_without_runs_is_refused_before_any_creation(fake) -> None:
     with pytest.raises(
