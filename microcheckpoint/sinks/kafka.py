@@ -240,9 +240,38 @@ class KafkaSink(Sink):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create the topic with ``partitions`` (default 1) if it is missing; idempotent."""
-        self._kafka().create_topic(self.topic, self.partitions or 1)
-        self._partition_count = None
+        """Create the topic with ``partitions`` (default 1) if it is missing; idempotent.
+
+        Connects anew: clients kept from an earlier epoch may predate a broker restart, and
+        such a client can fail fast or time out although the broker is back.
+        """
+        self._drop_clients()
+        with self._fresh_clients_after_failure():
+            self._kafka().create_topic(self.topic, self.partitions or 1)
+
+    @contextlib.contextmanager
+    def _fresh_clients_after_failure(self) -> Iterator[None]:
+        """Drop the clients when a call fails, so the next call connects anew.
+
+        A client that saw its broker go away (a restart) can keep failing fast
+        (``NodeNotReadyError``) long after the broker is back; a long-lived process (a
+        local cycle loop, ``run_epoch.py --cycles``) must not be stuck with it.
+        """
+        try:
+            yield
+        except Exception:
+            self._drop_clients()
+            raise
+
+    def _drop_clients(self) -> None:
+        producer, offsets = self._producer, self._offsets
+        self._producer, self._offsets, self._partition_count = None, None, None
+        with contextlib.suppress(Exception):
+            if producer is not None:
+                producer.close(timeout=0)  # unsent records are re-scanned and re-sent
+        with contextlib.suppress(Exception):
+            if offsets is not None:
+                offsets.close()
 
     def commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
         """Publish epoch ``epoch`` exactly once (see the module docstring for the assumptions).
@@ -261,6 +290,10 @@ class KafkaSink(Sink):
             KafkaSinkError: a row lacks a configured column, or Kafka failed.
             KafkaSourceError: the topic does not exist (call ``open()``) or cannot be read.
         """
+        with self._fresh_clients_after_failure():
+            self._commit(epoch, parts)
+
+    def _commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
         # Step 1
         plan = self._plan(parts)
         # Step 2
@@ -349,6 +382,10 @@ class KafkaSink(Sink):
         Raises:
             KafkaSinkError: a row lacks a configured column, or a send failed.
         """
+        with self._fresh_clients_after_failure():
+            self._write_now(epoch, part, rows)
+
+    def _write_now(self, epoch: EpochInfo, part: int, rows: Sequence[Row]) -> None:
         producer = self._producer_client()
         futures = []
         what = f"writing part {part} of epoch {epoch.checkpoint_id}"
