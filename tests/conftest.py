@@ -98,13 +98,20 @@ LONGEST_FIRST = (
     "tests/integration/test_airflow_dags.py",
     "tests/integration/test_stage_crash_unaligned.py",
     "tests/integration/test_stage_crash.py",
+    "tests/integration/test_airflow_zombie.py",
+    "tests/integration/test_broker_faults.py",
+    "tests/integration/test_s3_faults.py",
     "tests/integration/test_file_source.py",
     "tests/integration/test_spark_modes.py",
+    "tests/integration/test_crash_recovery.py",
+    "tests/integration/test_global_savepoint.py",
+    "tests/integration/test_stress.py",
+    "tests/integration/test_demo_engine.py",
+    "tests/integration/test_zombies.py",
     "tests/integration/test_stages.py",
     "tests/integration/test_cli.py",
-    "tests/integration/test_crash_recovery.py",
-    "tests/integration/test_demo_engine.py",
-    "tests/integration/test_global_savepoint.py",
+    "tests/integration/test_cli_state_import.py",
+    "tests/integration/test_replayability.py",
 )
 
 
