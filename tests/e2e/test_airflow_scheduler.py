@@ -586,13 +586,20 @@ def test_stage_dags_run_on_asset_events_and_restore_globally(world: World):
     wait_for(
         "stage 2 counting the first bids", lambda: _counted(world, first), 300, world.airflow, state
     )
+
     # Stage 2 ran only on stage 1's Asset events, each run past its alignment sensor, and
     # every checkpoint it completed is aligned on one stage-1 epoch.
-    runs = world.api.runs(f"{HOT}_pipeline")
-    assert runs and {r["run_type"] for r in runs} == {"asset_triggered"}
-    states = [world.api.task_states(f"{HOT}_pipeline", r["dag_run_id"]) for r in runs]
-    epochs = [t for t in states if t.get("process_epoch") == "success"]
-    assert epochs and all(t["wait_aligned"] == "success" for t in epochs), states
+    # The counts are in storage a moment before the epoch task itself ends: wait for it.
+    def hot_runs() -> list[dict[str, Any]] | None:
+        runs = world.api.runs(f"{HOT}_pipeline")
+        tasks = [world.api.task_states(f"{HOT}_pipeline", r["dag_run_id"]) for r in runs]
+        done = any(t.get("process_epoch") == "success" for t in tasks)
+        return [{**r, "tasks": t} for r, t in zip(runs, tasks, strict=True)] if done else None
+
+    runs = wait_for("a stage-2 epoch task to succeed", hot_runs, 120, world.airflow)
+    assert {r["run_type"] for r in runs} == {"asset_triggered"}
+    epochs = [r["tasks"] for r in runs if r["tasks"].get("process_epoch") == "success"]
+    assert epochs and all(t["wait_aligned"] == "success" for t in epochs), runs
     join_done = {i for i, r in world.rows(JOIN).items() if r["status"] == "COMPLETED"}
     for row in world.rows(HOT).values():
         if row["status"] == "COMPLETED":
