@@ -4,10 +4,7 @@ run against the local broker and a checkpoint folder, with the exact output chec
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -15,19 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import wordcount
+from tests.integration.cli_support import SCRIPT, cli, cli_env
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(sys.executable).parent / "microcheckpoint"
-
-
-def cli(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == code, (args, done.stdout, done.stderr)
-    return done
 
 
 def as_json(env: dict[str, str], *args: str) -> dict:
@@ -42,16 +29,7 @@ def test_the_cli_lists_shows_savepoints_verifies_exports_restores_and_runs(
     lines = wordcount.lines_for(40, seed=3)
     wordcount.produce(kafka_bootstrap, topic, lines)
     storage = (tmp_path / "chk").as_uri()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "COLUMNS": "200",
-        "WORDCOUNT_TOPIC": topic,
-        "MICROCHECKPOINT_STORAGE": storage,
-        "MICROCHECKPOINT_PIPELINE": "wordcount",
-        "MICROCHECKPOINT_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "MICROCHECKPOINT_SPARK_CONNECT": spark_connect_url,
-    }
+    env = cli_env(storage, topic, kafka_bootstrap, spark_connect_url)
     run = ["run", "--module", "examples.wordcount:pipeline", "--config"]
     settings = '{"max_records_per_epoch": 12, "retained": 3}'
     first = cli(env, *run, settings)

@@ -6,9 +6,6 @@ imported state folded with the new records, at any parallelism."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -18,21 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from examples import wordcount
+from tests.integration.cli_support import cli, cli_env
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(sys.executable).parent / "microcheckpoint"
 NOTE = "imported {keys} keys of word-counts into {p} subtasks (128 key groups){others}; offsets: {offsets}. Next: microcheckpoint restore {url}\n"
 TABLE = "a Parquet file with the string columns key and state (JSON text), as `state export` writes"
-
-
-def cli(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == code, (args, done.stdout, done.stderr)
-    return done
 
 
 def write_table(path: Path, columns: dict[str, list]) -> Path:
@@ -64,16 +52,7 @@ def test_state_import_bootstraps_a_savepoint_that_restores_and_runs_on(
     lines = wordcount.lines_for(40, seed=5)
     wordcount.produce(kafka_bootstrap, topic, lines)  # line i: partition i % 2, offset i // 2
     storage = (tmp_path / "chk").as_uri()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "COLUMNS": "200",
-        "WORDCOUNT_TOPIC": topic,
-        "MICROCHECKPOINT_STORAGE": storage,
-        "MICROCHECKPOINT_PIPELINE": "wordcount",
-        "MICROCHECKPOINT_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "MICROCHECKPOINT_SPARK_CONNECT": spark_connect_url,
-    }
+    env = cli_env(storage, topic, kafka_bootstrap, spark_connect_url)
     run = ["run", "--module", "examples.wordcount:pipeline", "--config"]
     first = cli(env, *run, '{"max_records_per_epoch": 12}')
     assert first.stdout == "checkpoint 1 completed: 24 records (attempt 1)\n"
