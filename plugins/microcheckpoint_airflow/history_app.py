@@ -23,6 +23,7 @@ be read; a corrupt checkpoint is one row with its error, not an error of the pag
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -134,16 +135,23 @@ def pipelines_for(user: Any) -> dict[str, dict[str, Any]]:
 
 
 def _store(entry: dict[str, Any]) -> Any:
+    """The pipeline's checkpoint store, opened once per storage and connection (a page view
+    does not build a new S3 client)."""
+    return _open_store(entry["storage"], entry["storage_conn_id"])
+
+
+@functools.lru_cache(maxsize=64)
+def _open_store(storage: str, conn_id: str) -> Any:
     from microcheckpoint_airflow.hooks import CheckpointStorageHook
 
     try:
-        return CheckpointStorageHook(entry["storage_conn_id"]).get_store(entry["storage"])
+        return CheckpointStorageHook(conn_id).get_store(storage)
     except Exception:  # no connection access here: the environment's credentials
         from microcheckpoint.storage import open_store
 
         endpoint = os.environ.get("MICROCHECKPOINT_S3_ENDPOINT")
         options = {"endpoint_url": endpoint} if endpoint else {}
-        return open_store(entry["storage"], **options)
+        return open_store(storage, **options)
 
 
 def _entry(name: str, user: Any) -> dict[str, Any]:

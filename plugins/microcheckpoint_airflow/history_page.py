@@ -203,41 +203,35 @@ def _overview(data: Mapping[str, Any]) -> str:
 
 def _latest(data: Mapping[str, Any]) -> str:
     latest = data["latest"]
+
+    def row(label: str, item: Mapping[str, Any] | None, what: str, detail: str) -> list[str]:
+        if item is None:
+            return [label, "none", NONE, NONE, ""]
+        return [label, what, when(item.get("time_ms")), run_link(item.get("labels")), detail]
+
     rows = []
     for key, label in (("completed", "Completed checkpoint"), ("failed", "Failed checkpoint")):
-        item = latest.get(key)
-        if item is None:
-            rows.append([label, "none", NONE, NONE, ""])
-            continue
-        what = f"#{item['id']}"
-        if item.get("reason"):
-            what += f" · {esc(item['reason'])}"
+        item = latest.get(key) or {}
+        what = f"#{item.get('id')}" + (f" · {esc(item['reason'])}" if item.get("reason") else "")
         detail = esc(item.get("detail") or item.get("error") or "")
-        rows.append([label, what, when(item.get("time_ms")), run_link(item.get("labels")), detail])
-    sp = latest.get("savepoint")
+        rows.append(row(label, latest.get(key), what, detail))
+    sp, rs = latest.get("savepoint") or {}, latest.get("restore") or {}
     rows.append(
-        ["Savepoint", "none", NONE, NONE, ""]
-        if sp is None
-        else [
+        row(
             "Savepoint",
-            f"<code>{esc(sp['url'])}</code>",
-            when(sp.get("time_ms")),
-            run_link(sp.get("labels")),
+            latest.get("savepoint"),
+            f"<code>{esc(sp.get('url'))}</code>",
             f"from checkpoint #{sp.get('checkpoint_id')}",
-        ]
+        )
     )
-    rs = latest.get("restore")
+    parallelism = f" parallelism {rs['parallelism']}" if rs.get("parallelism") else ""
     rows.append(
-        ["Restore", "none", NONE, NONE, ""]
-        if rs is None
-        else [
+        row(
             "Restore",
-            f"<code>{esc(rs['source'])}</code>",
-            when(rs.get("time_ms")),
-            run_link(rs.get("labels")),
-            esc(rs.get("note") or "")
-            + (f" parallelism {rs['parallelism']}" if rs.get("parallelism") else ""),
-        ]
+            latest.get("restore"),
+            f"<code>{esc(rs.get('source'))}</code>",
+            esc(rs.get("note") or "") + parallelism,
+        )
     )
     return table(["", "Latest", "Time (UTC)", "Airflow run", "Detail"], rows)
 
