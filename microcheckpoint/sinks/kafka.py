@@ -33,6 +33,7 @@ import datetime as _dt
 import decimal
 import hashlib
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -51,6 +52,9 @@ __all__ = ["HEADERS", "KafkaSink", "KafkaSinkError", "read_topic"]
 
 HEADERS = ("mcp-pipeline", "mcp-uid", "mcp-epoch", "mcp-seq")
 AT_LEAST_ONCE_PART_STRIDE = 1_000_000  # seq of row i of part p in AT_LEAST_ONCE: p * this + i
+_LINGER_MS = 5
+
+_log = logging.getLogger(__name__)
 
 # (seq, key, value) of one record to produce into a partition
 _Out = tuple[int, bytes | None, bytes]
@@ -115,6 +119,7 @@ class KafkaSink(Sink):
         self.request_timeout_ms = request_timeout_ms
         self.scan_chunk = scan_chunk
         self._producer: Any = None
+        self._unsettled: list[Any] = []  # producers whose close timed out with sends pending
         self._offsets: KafkaOffsets | None = None
         self._partition_count: int | None = None
 
@@ -122,7 +127,7 @@ class KafkaSink(Sink):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_producer=None, _offsets=None, _partition_count=None)
+        state.update(_producer=None, _unsettled=[], _offsets=None, _partition_count=None)
         return state
 
     def _kafka(self) -> KafkaOffsets:
@@ -137,6 +142,8 @@ class KafkaSink(Sink):
             with self._errors("connecting the producer"):
                 # No idempotence, no retries, one request in flight: a failed send is never
                 # retried behind our back (which could duplicate); commit re-scans instead.
+                # delivery_timeout_ms bounds how long a send can stay pending, so that
+                # _drop_clients can wait until none is (Kafka's minimum: linger + request).
                 self._producer = KafkaProducer(
                     bootstrap_servers=self.bootstrap_servers,
                     client_id="microcheckpoint-sink",
@@ -144,22 +151,20 @@ class KafkaSink(Sink):
                     retries=0,
                     enable_idempotence=False,
                     max_in_flight_requests_per_connection=1,
-                    linger_ms=5,
+                    linger_ms=_LINGER_MS,
                     batch_size=512 * 1024,
                     request_timeout_ms=self.request_timeout_ms,
+                    delivery_timeout_ms=self._delivery_timeout_ms(),
                     max_block_ms=self.request_timeout_ms,
                 )
         return self._producer
 
+    def _delivery_timeout_ms(self) -> int:
+        return self.request_timeout_ms + _LINGER_MS
+
     def close(self) -> None:
-        """Close the clients; they are re-created on next use."""
-        producer, offsets, self._producer, self._offsets = self._producer, self._offsets, None, None
-        try:
-            if producer is not None:
-                producer.close(timeout=self.request_timeout_ms / 1000)
-        finally:
-            if offsets is not None:
-                offsets.close()
+        """Close the clients, once no send through them is pending; re-created on next use."""
+        self._drop_clients()
 
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -264,14 +269,37 @@ class KafkaSink(Sink):
             raise
 
     def _drop_clients(self) -> None:
-        producer, offsets = self._producer, self._offsets
+        """Close the clients; returns once no record sent through them can still be written.
+
+        A producer closed with sends pending (``close(timeout=0)``) keeps its I/O thread, and
+        that thread delivers the pending batches when the broker answers again: after the
+        next commit's scan found them missing and sent them a second time. So the producer
+        is closed gracefully: ``close`` waits until every send is acknowledged, failed, or
+        expired (``delivery_timeout_ms``, which bounds the wait), then joins the thread.
+        """
+        producers = [*self._unsettled, *([self._producer] if self._producer else [])]
+        offsets = self._offsets
         self._producer, self._offsets, self._partition_count = None, None, None
-        with contextlib.suppress(Exception):
-            if producer is not None:
-                producer.close(timeout=0)  # unsent records are re-scanned and re-sent
-        with contextlib.suppress(Exception):
+        self._unsettled = []
+        try:
+            wait_s = 2 * self._delivery_timeout_ms() / 1000
+            for index, producer in enumerate(producers):
+                try:
+                    producer.close(timeout=wait_s)
+                except kerr.KafkaError as exc:
+                    # kept, and waited for again before the next commit scans
+                    self._unsettled = producers[index:]
+                    raise KafkaSinkError(
+                        f"Kafka sink {self.uid!r}: the producer to {self.bootstrap_servers!r} "
+                        f"still had sends pending after {wait_s:g} s ({exc!r}); they may yet be "
+                        "written, so wait for the broker before calling commit again"
+                    ) from exc
+        finally:
             if offsets is not None:
-                offsets.close()
+                try:
+                    offsets.close()
+                except Exception as exc:  # a broken metadata client leaks nothing to publish
+                    _log.warning("Kafka sink %r: closing its offsets client: %r", self.uid, exc)
 
     def commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
         """Publish epoch ``epoch`` exactly once (see the module docstring for the assumptions).
@@ -291,6 +319,8 @@ class KafkaSink(Sink):
             KafkaSourceError: the topic does not exist (call ``open()``) or cannot be read.
         """
         with self._fresh_clients_after_failure():
+            if self._unsettled:  # an earlier commit's sends may still land: wait for them
+                self._drop_clients()
             self._commit(epoch, parts)
 
     def _commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
