@@ -240,9 +240,10 @@ class Story:
             out[(row["k"], row["seq"])] += 1
         lost = sum((truth - out).values())
         duplicated = sum((out - truth).values())
-        if duplicated:
-            _dump_dups(self, out - truth)
-        assert (lost, duplicated) == (0, 0), f"output: {lost} lost, {duplicated} duplicated"
+        assert (lost, duplicated) == (0, 0), (
+            f"output: {lost} lost, {duplicated} duplicated; (key, seq) x extra copies: "
+            f"{sorted((out - truth).items())[:10]}, missing: {sorted((truth - out).items())[:10]}"
+        )
         return {"epochs": len(completed), "lost": lost, "duplicated": duplicated}
 
 
@@ -255,25 +256,6 @@ def report(
         f"duplicated={numbers['duplicated']} violations=0 "
         f"recovery_median_s={statistics.median(recovery):.1f} recovery_max_s={max(recovery):.1f}"
     )
-
-
-def _dump_dups(story, dups) -> None:
-    from microcheckpoint.adapters.kafka_reader import Split, read_split
-
-    with KafkaOffsets(story.broker.address) as kafka:
-        tps = kafka.partitions(story.out)
-        begin, end = kafka.beginning_offsets(tps), kafka.end_offsets(tps)
-    lines = []
-    for tp in tps:
-        for record in read_split(story.broker.address, Split(tp, begin[tp], end[tp])):
-            h = {n: (v or b"").decode() for n, v in record.headers}
-            row = json.loads(record.value)
-            mark = "DUP" if (row["k"], row["seq"]) in dups else "   "
-            lines.append(
-                f"{mark} p{tp.partition} o{record.offset} e{h['mcp-epoch']} s{h['mcp-seq']} {row['k']} {row['seq']} ts={record.timestamp_ms}"
-            )
-    with open("/tmp/dups.txt", "a") as f:
-        f.write(f"=== {story.name} begin={begin} end={end}\n" + "\n".join(lines) + "\n")
 
 
 def restart_while_held(spark, story: Story, hold: Hold, monkeypatch, tmp_path: Path) -> float:
