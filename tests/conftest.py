@@ -92,7 +92,7 @@ def spark():
 
 # The longest test files (minutes each, from `make test`'s --durations), longest first. With
 # `--dist loadfile` each file goes to one worker in collection order, so starting these
-# first keeps the two workers busy to the end instead of leaving one long file for last.
+# first keeps the workers busy to the end instead of leaving one long file for last.
 LONGEST_FIRST = (
     "tests/e2e/test_airflow_scheduler.py",
     "tests/integration/test_airflow_dags.py",
@@ -116,7 +116,7 @@ LONGEST_FIRST = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the longest files first (stable otherwise): a shorter suite on two workers."""
+    """Put the longest files first (stable otherwise): a shorter suite on several workers."""
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
 
     def key(item: pytest.Item) -> int:
