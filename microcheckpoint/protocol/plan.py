@@ -15,8 +15,8 @@ from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records import Ack, read_point_metadata
+from microcheckpoint.protocol.records.handles import StateHandle
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView
-from microcheckpoint.state.handles import StateHandle
 
 __all__ = ["EpochPlan", "RestoredState", "restored_state"]
 

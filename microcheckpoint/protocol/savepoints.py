@@ -37,8 +37,8 @@ from microcheckpoint.protocol.records import (
     encode_metadata,
     read_point_metadata,
 )
+from microcheckpoint.protocol.records.handles import StateHandle
 from microcheckpoint.protocol.view import PipelineView, scan
-from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
 __all__ = [

@@ -28,6 +28,7 @@ from microcheckpoint.protocol.records.checkpoint import (
     PendingRecord,
 )
 from microcheckpoint.protocol.records.codec import RECORD_VERSION, decode, encode, read
+from microcheckpoint.protocol.records.handles import StateHandle
 from microcheckpoint.protocol.records.metadata import (
     CheckpointMetadata,
     decode_metadata,
@@ -35,6 +36,7 @@ from microcheckpoint.protocol.records.metadata import (
     read_point_metadata,
 )
 from microcheckpoint.protocol.records.pipeline import (
+    CancelRecord,
     ClaimMode,
     FailuresReset,
     RestoreMarker,
@@ -46,6 +48,7 @@ __all__ = [
     "AbortReason",
     "Ack",
     "AttemptRecord",
+    "CancelRecord",
     "CheckpointMetadata",
     "ClaimMode",
     "FailuresReset",
@@ -54,6 +57,7 @@ __all__ = [
     "OutcomeRecord",
     "PendingRecord",
     "RestoreMarker",
+    "StateHandle",
     "StopRecord",
     "decode",
     "decode_metadata",

@@ -11,7 +11,7 @@ from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records.codec import id_or_none
-from microcheckpoint.state.handles import StateHandle
+from microcheckpoint.protocol.records.handles import StateHandle
 
 __all__ = [
     "AbortReason",
@@ -30,6 +30,7 @@ class AbortReason(Enum):
     SUBSUMED = "SUBSUMED"  # a newer checkpoint completed first
     TRIGGER_REFUSED = "TRIGGER_REFUSED"  # lost a race against max_concurrent
     BASE_ABORTED = "BASE_ABORTED"  # the checkpoint it continued from was aborted
+    CANCELLED = "CANCELLED"  # the pipeline was cancelled while it was in flight
 
     @property
     def counts_as_failure(self) -> bool:
@@ -123,6 +124,13 @@ class Ack:
 
     ``operator_state`` is JSON-able state small enough to live in ``_metadata``
     (for example a source subtask's ``{"topic:partition": next_offset}``).
+
+    The times split the subtask's work as Flink does: ``sync_ms`` from the subtask's barrier
+    (its epoch's start: restore, apply, serialize) to its snapshot written locally, and
+    ``async_ms`` the upload of its files to storage (0 when it wrote none). Both are
+    fractional milliseconds and None in acks stored before they existed; ``duration_ms``
+    is their sum, rounded. The end to end of a subtask is ``acked_at_ms`` minus the
+    checkpoint's trigger time (the history computes it).
     """
 
     kind: ClassVar[str] = "ack"
@@ -135,6 +143,8 @@ class Ack:
     # When the ack was stored (ms since the epoch; None in acks stored before it existed):
     # the history's "latest acknowledgement".
     acked_at_ms: int | None = None
+    sync_ms: float | None = None
+    async_ms: float | None = None
 
     @property
     def size(self) -> int:
@@ -150,6 +160,10 @@ class Ack:
         }
         if self.acked_at_ms is not None:
             body["acked_at_ms"] = self.acked_at_ms
+        if self.sync_ms is not None:
+            body["sync_ms"] = self.sync_ms
+        if self.async_ms is not None:
+            body["async_ms"] = self.async_ms
         return body
 
     @classmethod
@@ -162,6 +176,8 @@ class Ack:
                 dict(data.get("operator_state", {})),
                 int(data.get("duration_ms", 0)),
                 None if data.get("acked_at_ms") is None else int(data["acked_at_ms"]),
+                None if data.get("sync_ms") is None else float(data["sync_ms"]),
+                None if data.get("async_ms") is None else float(data["async_ms"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataFormatError(f"ack is malformed: {exc}") from exc

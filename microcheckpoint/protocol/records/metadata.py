@@ -15,7 +15,7 @@ from microcheckpoint.errors import CheckpointNotFound, MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records.checkpoint import Ack
-from microcheckpoint.state.handles import StateHandle
+from microcheckpoint.protocol.records.handles import StateHandle
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = [
