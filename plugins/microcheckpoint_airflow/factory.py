@@ -307,10 +307,12 @@ def _savepoint_dag(spec: PipelineSpec, common: dict) -> DAG:
         pause = SetPausedOperator(
             task_id="pause_pipeline", spec=spec, paused=True, when="{{ params.stop }}", **API_RETRY
         )
+        # Only a stop this run made is undone: a run refused before stop_triggering (an
+        # unknown conf key, a bad target) must not clear a stop an earlier run left.
         resume = ResumeTriggeringOperator(
             task_id="resume_on_failure",
             spec=spec,
-            when="{{ params.stop }}",
+            when="{{ params.stop and ti.xcom_pull(task_ids='stop_triggering') }}",
             trigger_rule=TriggerRule.ONE_FAILED,
         )
         validate >> suspend >> quiet >> savepoint >> pause

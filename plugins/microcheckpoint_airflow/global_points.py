@@ -23,8 +23,8 @@ from microcheckpoint.protocol.global_savepoints import (
 )
 from microcheckpoint.protocol.records import ClaimMode
 from microcheckpoint_airflow.hooks import CheckpointStorageHook, KafkaHook
-from microcheckpoint_airflow.operators import refuse_unknown_conf
 from microcheckpoint_airflow.points import split_location
+from microcheckpoint_airflow.run_conf import refuse_unknown_conf
 from microcheckpoint_airflow.spec import PipelineSpec
 
 __all__ = ["GlobalRestoreOperator", "GlobalSavepointOperator", "ValidateGlobalRestoreOperator"]

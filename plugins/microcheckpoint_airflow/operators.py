@@ -30,7 +30,6 @@ from microcheckpoint.errors import (
     ConfigError,
     MicrocheckpointError,
     TriggerRefused,
-    unknown_name,
 )
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
@@ -48,6 +47,7 @@ from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint_airflow import metrics
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.points import resolve_point, split_location
+from microcheckpoint_airflow.run_conf import refuse_unknown_conf
 from microcheckpoint_airflow.spec import PipelineSpec
 
 __all__ = [
@@ -545,17 +545,6 @@ def note_run(task: PipelineOperator, context: Any, note: str) -> None:
         )
     except MicrocheckpointError as exc:
         task.log.warning("could not set the run's note: %s", exc)
-
-
-def refuse_unknown_conf(context: Any) -> None:
-    """Fail a run whose conf names a field the DAG's form does not have (a typo such as
-    ``paralelism`` would otherwise be ignored silently)."""
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    known = set(context.get("params") or {})
-    for key in sorted(conf):
-        if key not in known:
-            error = unknown_name("a field of this DAG's form", key, conf[key], known)
-            raise AirflowFailException(str(error))
 
 
 class ValidateRestoreOperator(PipelineOperator):

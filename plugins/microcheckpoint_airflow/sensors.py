@@ -27,6 +27,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from microcheckpoint_airflow.checks import AlignmentProbe, Check, CheckState, run_check
 from microcheckpoint_airflow.hooks import CheckpointStorageHook, KafkaHook
+from microcheckpoint_airflow.run_conf import refuse_unknown_conf
 from microcheckpoint_airflow.spec import PipelineSpec
 from microcheckpoint_airflow.triggers import CheckpointConditionTrigger
 
@@ -134,7 +135,14 @@ class CheckpointSensor(BaseSensorOperator):
 
 
 class MinPauseSensor(CheckpointSensor):
+    """The pipeline DAG's first task: it refuses a run's conf with a key first (the DAG
+    declares no params), then waits for ``min_pause``."""
+
     kind = "min_pause"
+
+    def execute(self, context: Any) -> Any:
+        refuse_unknown_conf(context)
+        return super().execute(context)
 
 
 class ConcurrencySensor(CheckpointSensor):

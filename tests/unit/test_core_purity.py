@@ -19,6 +19,7 @@ PURE_MODULES = [
     "microcheckpoint.errors",
     "microcheckpoint.ids",
     "microcheckpoint.config",
+    "microcheckpoint.run_conf",
     "microcheckpoint.faults",
     "microcheckpoint.adapters.decoding",
     # The executor side of the engine imports no Spark either.
