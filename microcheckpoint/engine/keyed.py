@@ -23,9 +23,9 @@ import pyarrow as pa
 from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.protocol.ack_timing import AckTimer
 from microcheckpoint.protocol.coordinator import acknowledge
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.records import Ack
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.handles import StateHandle
@@ -76,7 +76,9 @@ def _row_order(row: dict[str, Any]) -> tuple:
     return (2, "", 0, 0, json.dumps(row, sort_keys=True, default=str))
 
 
-def _subtask_state(ctx: OperatorContext, subtask: int) -> tuple[SubtaskState, TaskId]:
+def _subtask_state(
+    ctx: OperatorContext, subtask: int, timer: AckTimer
+) -> tuple[SubtaskState, TaskId]:
     store = open_store(ctx.store_url, **ctx.store_options)
     task = TaskId.of(ctx.uid, subtask)
     prefix = Layout(ctx.pipeline).state_prefix(CheckpointId(ctx.checkpoint_id), ctx.attempt, task)
@@ -91,6 +93,7 @@ def _subtask_state(ctx: OperatorContext, subtask: int) -> tuple[SubtaskState, Ta
         ttl_ms=ctx.ttl_ms,
         full_snapshot=ctx.full_snapshot,
         max_deltas=ctx.max_deltas,
+        timer=timer,
     )
     return state, task
 
@@ -107,7 +110,7 @@ def _snapshot_and_ack(ctx: OperatorContext, state: SubtaskState, task: TaskId) -
     handles = state.snapshot()
     ctx.faults.point("after_snapshot")
     # A retried Spark task writes the same files and its ack is a DUPLICATE.
-    ack = Ack(task, ctx.attempt, tuple(handles))
+    ack = state.timer.ack(task, ctx.attempt, handles)
     acknowledge(state.store, Layout(ctx.pipeline), CheckpointId(ctx.checkpoint_id), ack)
 
 
@@ -121,7 +124,8 @@ def process_subtask(
     those keys;
     3. ``fn(key, rows, state)`` per key in key order; 4. snapshot and ack.
     """
-    # Step 1
+    # Step 1 (the subtask's barrier: its sync part starts here)
+    timer = AckTimer()
     rows = data_rows(table)
     kgs = rows.column(KG).to_pylist()
     records = rows.drop_columns([KG, SUBTASK]).to_pylist()
@@ -132,7 +136,7 @@ def process_subtask(
         by_key.setdefault(ck, []).append(record)
         kg_of[ck] = kg
     # Step 2
-    state, task = _subtask_state(ctx, subtask)
+    state, task = _subtask_state(ctx, subtask, timer)
     previous = _previous(state, kg_of.items())
     # Step 3
     outputs: list[dict[str, Any]] = []
@@ -167,14 +171,15 @@ def merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.T
     Steps: 1. canonical keys; 2. restore those keys; 3. combine each with this epoch's
     aggregate; 4. snapshot and ack.
     """
-    # Step 1
+    # Step 1 (the subtask's barrier: its sync part starts here)
+    timer = AckTimer()
     rows = data_rows(table)
     keys = rows.column(ctx.key).to_pylist()
     values = rows.column(AGGREGATE).to_pylist()
     kgs = rows.column(KG).to_pylist()
     cks = [canonical_key(k) for k in keys]
     # Step 2
-    state, task = _subtask_state(ctx, subtask)
+    state, task = _subtask_state(ctx, subtask, timer)
     previous = _previous(state, zip(cks, kgs, strict=True))
     # Step 3
     combine = _COMBINE[ctx.aggregate or "sum"]

@@ -52,10 +52,11 @@ from microcheckpoint.engine.sources import (
 )
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.protocol.ack_timing import AckTimer
 from microcheckpoint.protocol.coordinator import acknowledge
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.plan import EpochPlan
-from microcheckpoint.protocol.records import Ack, CheckpointMetadata
+from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.handles import StateHandle
@@ -212,11 +213,13 @@ def _sink_stage(spark: Any, df: Any, sink: Sink, ctx: SinkContext, parallelism: 
 
 
 def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallelism: int) -> None:
-    """Acks of an epoch with no records: every subtask's state is what it was restored to."""
+    """Acks of an epoch with no records: every subtask's state is what it was restored to
+    (nothing is uploaded: each ack's async part is 0 ms)."""
     layout = Layout(pipeline.name)
     for op in pipeline.operators:
         chains = key_group_chains(plan.restore.get(op.uid, ()))
         for subtask in range(parallelism):
+            timer = AckTimer()
             owned = key_group_range(plan.max_parallelism, parallelism, subtask)
             handles: dict[str, StateHandle] = {}
             for kg in owned:
@@ -226,7 +229,7 @@ def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallel
             acknowledge(store, layout, plan.checkpoint_id, ack)
     for sink in pipeline.sinks:
         for part in range(parallelism):
-            ack = Ack(TaskId.of(sink.uid, part), plan.attempt, ())
+            ack = AckTimer().ack(TaskId.of(sink.uid, part), plan.attempt)
             acknowledge(store, layout, plan.checkpoint_id, ack)
 
 
@@ -327,7 +330,8 @@ def run_epoch(
         for frame in cached:
             frame.unpersist()
     faults.slow(pipeline.name)
-    # Step 4: the source's operator state is the barrier's ends.
+    # Step 4: the source's operator state is the barrier's ends (its sync part: taking them).
+    timer = AckTimer()
     offsets = {str(tp): end for tp, end in plan.barrier.ends.items()}
     source_ack = Ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, (), offsets)
     acknowledge(store, Layout(pipeline.name), plan.checkpoint_id, source_ack)

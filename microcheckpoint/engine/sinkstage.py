@@ -20,9 +20,10 @@ from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.protocol.ack_timing import AckTimer
 from microcheckpoint.protocol.coordinator import acknowledge
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.records import Ack, CheckpointMetadata
+from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import EpochInfo, Sink
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage import ObjectStore, open_store
@@ -53,8 +54,10 @@ def stage_part(
     """Pre-commit (or, at least once, publish) subtask ``part``'s rows, then ack.
 
     Rows are staged sorted by their JSON, so a retried task writes the same bytes. Yields
-    the number of rows.
+    the number of rows. The ack's sync part is sorting and serializing (or, at least once,
+    publishing), its async part the upload of the staged part.
     """
+    timer = AckTimer()
     store = open_store(ctx.store_url, **ctx.store_options)
     ordered = sorted(rows, key=_row_key)
     cid = CheckpointId(ctx.checkpoint_id)
@@ -68,9 +71,10 @@ def stage_part(
     else:
         key = layout.sink_part(cid, task, ctx.attempt)
         data = b"".join(_row_key(r).encode() + b"\n" for r in ordered)
-        store.put(key, data)
+        with timer.uploading():
+            store.put(key, data)
         handles = (StateHandle(key, len(data)),)
-    acknowledge(store, layout, cid, Ack(task, ctx.attempt, handles))
+    acknowledge(store, layout, cid, timer.ack(task, ctx.attempt, handles))
     return iter([len(ordered)])
 
 

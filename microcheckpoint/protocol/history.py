@@ -16,7 +16,9 @@ lives in the JobManager's memory and starts empty after a failover):
 - ``savepoints`` (URLs) and ``savepoint_details``; the restore marker; whether triggering
   is stopped.
 
-``checkpoint_detail`` gives one checkpoint with its per-subtask statistics. Pure reads.
+``checkpoint_detail`` gives one checkpoint with its per-subtask statistics, each subtask's
+end to end (trigger to ack) and the sync and async parts of its snapshot, and their
+min / avg / max per operator (``operators``). Pure reads.
 """
 
 from __future__ import annotations
@@ -28,16 +30,25 @@ from typing import Any
 from microcheckpoint.errors import CheckpointNotFound, MicrocheckpointError
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.records import StopRecord, read
+from microcheckpoint.protocol.records import Ack, StopRecord, read
 from microcheckpoint.protocol.records.metadata import read_point_metadata
 from microcheckpoint.protocol.savepoints import list_savepoints
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["checkpoint_detail", "checkpoint_history", "run_attempt", "summarize"]
+__all__ = [
+    "ACK_TIMES",
+    "checkpoint_detail",
+    "checkpoint_history",
+    "operator_times",
+    "run_attempt",
+    "summarize",
+]
 
 IN_PROGRESS = (CheckpointStatus.PENDING, CheckpointStatus.COMPLETING)
 SUMMARIZED = ("duration_ms", "checkpointed_size", "full_size", "records")
+# A subtask's times in a checkpoint's details (Flink's end to end, sync and async).
+ACK_TIMES = ("end_to_end_ms", "sync_ms", "async_ms")
 
 
 def run_attempt(stored: int) -> int:
@@ -68,7 +79,7 @@ def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
             trigger_time_ms=pending.trigger_time_ms,
             records=barrier.record_count,
             ranges={str(tp): [r.start, r.end] for tp, r in sorted(barrier.ranges.items())},
-            labels=dict(pending.labels),
+            labels=pending.labels_json(),
             base=None if pending.base is None else pending.base.value,
             total=len(pending.expected),
         )
@@ -81,7 +92,7 @@ def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
             )
         if record.status is CheckpointStatus.COMPLETED:
             meta = view.metadata(cid)
-            stats = dict(meta.statistics)
+            stats = {} if meta.statistics is None else meta.statistics.to_json()
             times = [a.acked_at_ms for a in meta.acks.values() if a.acked_at_ms is not None]
             row.update(
                 end_time_ms=meta.completed_time_ms,
@@ -250,8 +261,39 @@ def checkpoint_detail(store: ObjectStore, pipeline: str, checkpoint: int) -> dic
                 "ack_duration_ms": ack.duration_ms,
                 "files": len(ack.handles),
                 **(row.get("statistics", {}).get("subtasks", {}).get(str(task), {})),
+                **_ack_times(ack, row.get("trigger_time_ms")),
             }
             for task, ack in sorted(meta.acks.items(), key=lambda item: str(item[0]))
         ]
+        row["operators"] = operator_times(row["subtasks"])
         row["config"] = dict(meta.config)
     return row
+
+
+def _ack_times(ack: Ack, trigger_time_ms: int | None) -> dict[str, float | None]:
+    """A subtask's end to end (trigger to its ack), and the sync and async parts of its
+    snapshot; None where the ack predates them."""
+    end_to_end = None
+    if ack.acked_at_ms is not None and trigger_time_ms is not None:
+        end_to_end = max(0, ack.acked_at_ms - trigger_time_ms)
+    return {"end_to_end_ms": end_to_end, "sync_ms": ack.sync_ms, "async_ms": ack.async_ms}
+
+
+def operator_times(subtasks: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per operator uid (``uid#subtask`` without its subtask): how many subtasks acked and
+    min / avg / max of each of ``ACK_TIMES`` over them (None when no subtask has it: acks
+    stored before the times existed)."""
+    by_uid: dict[str, list[dict[str, Any]]] = {}
+    for s in subtasks:
+        by_uid.setdefault(str(s["task"]).rsplit("#", 1)[0], []).append(s)
+    out: dict[str, dict[str, Any]] = {}
+    for uid, rows in sorted(by_uid.items()):
+        out[uid] = {"subtasks": len(rows)}
+        for name in ACK_TIMES:
+            values = [float(r[name]) for r in rows if r.get(name) is not None]
+            out[uid][name] = (
+                {"min": min(values), "avg": sum(values) / len(values), "max": max(values)}
+                if values
+                else None
+            )
+    return out

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from microcheckpoint.protocol.ack_timing import AckTimer
 from microcheckpoint.state.backends import encode_memory
 from microcheckpoint.state.chains import fold, is_delta, written_at
 from microcheckpoint.state.files import (
@@ -55,6 +56,8 @@ class SubtaskState:
         ttl_ms: state older than this at ``now_ms`` reads as absent (None: forever).
         full_snapshot: write full snapshots that reference nothing restored.
         max_deltas: compact once a key group's chain holds more deltas than this.
+        timer: started at the subtask's barrier; each file upload counts as its async part
+            (a fresh one when not given).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class SubtaskState:
         full_snapshot: bool = False,
         max_deltas: int = 8,
         cache: FileCache | None = FILES,
+        timer: AckTimer | None = None,
     ) -> None:
         self.store = store
         self.uid = uid
@@ -84,6 +88,7 @@ class SubtaskState:
         self.max_deltas = max_deltas
         self.cache = cache
         self.changes: dict[int, dict[str, Any]] = {}
+        self.timer = timer or AckTimer()
 
     # ---- reading ----------------------------------------------------------------------
 
@@ -156,7 +161,8 @@ class SubtaskState:
 
     def _put(self, name: str, data: bytes, groups: Iterable[int]) -> StateHandle:
         key = self.prefix + name
-        self.store.put(key, data)
+        with self.timer.uploading():
+            self.store.put(key, data)
         return StateHandle(key, len(data), tuple(sorted(groups)))
 
     def _all_rows(self) -> pa.Table:
