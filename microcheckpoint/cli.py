@@ -1,38 +1,42 @@
 """``microcheckpoint``: checkpoints and savepoints from the command line, as Flink's CLI.
 
+    microcheckpoint --storage s3://bucket/checkpoints pipelines
     microcheckpoint --storage s3://bucket/checkpoints --pipeline wordcount list
     microcheckpoint ... show 7
+    microcheckpoint ... checkpoint --module examples.wordcount:pipeline [--full]
     microcheckpoint ... savepoint [--target URL] [--stop]
-    microcheckpoint ... restore POINT [--claim] [--parallelism N]
+    microcheckpoint ... savepoint --dispose URL
+    microcheckpoint ... cancel [--cleanup DELETE_ON_CANCELLATION]
+    microcheckpoint ... restore POINT [--claim] [--parallelism N] [--allow-non-restored-state]
     microcheckpoint ... verify POINT [--bootstrap host:port]
     microcheckpoint ... state export --uid word-counts [--checkpoint 7] --to counts.parquet
     microcheckpoint ... state import --uid word-counts --from counts.parquet [--offsets startup]
-    microcheckpoint ... run --module examples.wordcount:pipeline --bootstrap host:port
+    microcheckpoint ... run --module examples.wordcount:pipeline
 
-``--storage``, ``--pipeline``, ``--s3-endpoint`` and ``--bootstrap`` may come from the
-environment (``MICROCHECKPOINT_STORAGE``, ``MICROCHECKPOINT_PIPELINE``,
-``MICROCHECKPOINT_S3_ENDPOINT``, ``MICROCHECKPOINT_KAFKA_BOOTSTRAP``). Listings take
-``--json``. Bad input is one line on stderr and exit code 2; a failed verification or
-another error, exit code 1. An edge of the project: it opens the adapters and calls the
-core.
+The global options (``--storage``, ``--pipeline``, ``--s3-endpoint``, ``--bootstrap``,
+``--savepoint-root``, ``--airflow``) come before the command, or from the environment
+(``MICROCHECKPOINT_STORAGE``, ``MICROCHECKPOINT_PIPELINE``, ``MICROCHECKPOINT_S3_ENDPOINT``,
+``MICROCHECKPOINT_KAFKA_BOOTSTRAP``, ``MICROCHECKPOINT_SAVEPOINT_ROOTS``,
+``MICROCHECKPOINT_AIRFLOW_URL``); ``--bootstrap`` is also an option of the commands that
+use it. Listings take ``--json``. Bad input is one line on stderr and exit code 2; a failed
+verification or another error, exit code 1. An edge of the project: it parses, calls one
+``microcheckpoint.ops`` function per command, and prints.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
-import time
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from microcheckpoint.config import CheckpointConfig
+from microcheckpoint import formatting
 from microcheckpoint.errors import (
     CheckpointNotFound,
     ConfigError,
@@ -42,19 +46,26 @@ from microcheckpoint.errors import (
     RestoreError,
 )
 from microcheckpoint.ids import CheckpointId
+from microcheckpoint.ops import (
+    Locations,
+    PipelineTarget,
+    StorageSettings,
+    cancel_pipeline,
+    dispose_savepoint,
+    list_pipelines,
+    load_pipeline,
+    restore_pipeline,
+    stop_with_savepoint,
+    take_savepoint,
+)
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.history import checkpoint_history, run_attempt
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.replay import ReplayPoint, Severity
-from microcheckpoint.protocol.savepoints import (
-    ClaimMode,
-    RestorePoint,
-    create_savepoint,
-    resolve_point,
-    restore,
-)
+from microcheckpoint.protocol.savepoints import RestorePoint, resolve_point
 from microcheckpoint.protocol.view import scan
-from microcheckpoint.storage import ObjectStore, open_store
+from microcheckpoint.state.verify import Check, dry_run_restore
+from microcheckpoint.storage import ObjectStore
 
 __all__ = ["app", "main"]
 
@@ -69,25 +80,65 @@ app.add_typer(state_app, name="state")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 BAD_INPUT = (ConfigError, CheckpointNotFound, IncompatibleCheckpoint, InvalidValue, RestoreError)
+BOOTSTRAP_HELP = "Kafka bootstrap servers (host:port); overrides the global --bootstrap"
 
 
 @dataclass
 class Target:
-    """The pipeline the command works on, from the global options."""
+    """What the global options name: the storage root, the pipeline and how to reach things."""
 
     storage: str
-    pipeline: str
+    pipeline: str | None
     s3_endpoint: str | None
     bootstrap: str | None
+    savepoint_roots: tuple[str, ...] = ()
+    airflow: str | None = None
+
+    @functools.cached_property
+    def settings(self) -> StorageSettings:
+        return StorageSettings.from_env(self.s3_endpoint)
+
+    @functools.cached_property
+    def locations(self) -> Locations:
+        return Locations(self.storage, self.settings, self.savepoint_roots)
 
     def store(self, url: str | None = None) -> ObjectStore:
-        url = url or self.storage
-        options = {"endpoint_url": self.s3_endpoint} if url.startswith("s3://") else {}
-        return open_store(url, **options)
+        return self.locations.store(url)
+
+    @functools.cached_property
+    def pipe(self) -> PipelineTarget:
+        """The pipeline the command works on (``--pipeline`` is required for it)."""
+        if not self.pipeline:
+            raise ConfigError(
+                "pipeline", None, "--pipeline NAME (or MICROCHECKPOINT_PIPELINE); "
+                "`microcheckpoint pipelines` lists them"
+            )
+        target = PipelineTarget.of(self.pipeline, self.storage, settings=self.settings)
+        target.locations = self.locations
+        return target
 
     def coordinator(self) -> CheckpointCoordinator:
-        config = CheckpointConfig.from_mapping({"pipeline": self.pipeline, "storage": self.storage})
-        return CheckpointCoordinator(self.store(), config)
+        return self.pipe.coordinator()
+
+    def known(self) -> PipelineTarget:
+        """The pipeline, refused when nothing is stored for it (a misspelt name)."""
+        self.pipe.require_known()
+        return self.pipe
+
+    def pause(self) -> Callable[[], None] | None:
+        """Pausing the pipeline DAG through Airflow's REST API (None without ``--airflow``)."""
+        if not self.airflow:
+            return None
+        from microcheckpoint.adapters.airflow_api import AirflowApi
+
+        api = AirflowApi(
+            self.airflow,
+            os.environ.get("MICROCHECKPOINT_AIRFLOW_USER") or None,
+            os.environ.get("MICROCHECKPOINT_AIRFLOW_PASSWORD") or None,
+            "--airflow and MICROCHECKPOINT_AIRFLOW_USER/_PASSWORD",
+        )
+        dag_id = f"{self.pipe.name}_pipeline"
+        return lambda: api.set_paused(dag_id, True) and None
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -116,8 +167,8 @@ def options(
     storage: str = typer.Option(
         ..., envvar="MICROCHECKPOINT_STORAGE", help="checkpoint storage root URL"
     ),
-    pipeline: str = typer.Option(
-        ..., "--pipeline", "-p", envvar="MICROCHECKPOINT_PIPELINE", help="pipeline name"
+    pipeline: str | None = typer.Option(
+        None, "--pipeline", "-p", envvar="MICROCHECKPOINT_PIPELINE", help="pipeline name"
     ),
     s3_endpoint: str | None = typer.Option(
         None, envvar="MICROCHECKPOINT_S3_ENDPOINT", help="S3 endpoint URL (a local server)"
@@ -125,28 +176,56 @@ def options(
     bootstrap: str | None = typer.Option(
         None, envvar="MICROCHECKPOINT_KAFKA_BOOTSTRAP", help="Kafka bootstrap servers"
     ),
+    savepoint_root: list[str] | None = typer.Option(  # noqa: B008 - typer reads it
+        None,
+        "--savepoint-root",
+        help="another root where savepoints may be written and restored from (repeatable; "
+        "env MICROCHECKPOINT_SAVEPOINT_ROOTS, comma-separated)",
+    ),
+    airflow: str | None = typer.Option(
+        None,
+        envvar="MICROCHECKPOINT_AIRFLOW_URL",
+        help="Airflow API server URL: stop and cancel pause the pipeline DAG there (user and "
+        "password from MICROCHECKPOINT_AIRFLOW_USER / _PASSWORD)",
+    ),
 ) -> None:
-    ctx.obj = Target(storage.rstrip("/"), pipeline, s3_endpoint, bootstrap)
+    roots = list(savepoint_root or []) or [
+        r for r in os.environ.get("MICROCHECKPOINT_SAVEPOINT_ROOTS", "").split(",") if r.strip()
+    ]
+    ctx.obj = Target(storage.rstrip("/"), pipeline, s3_endpoint, bootstrap, tuple(roots), airflow)
 
 
 def _json(value: Any) -> None:
     out.print(json.dumps(value, indent=1, sort_keys=True, default=str), markup=False)
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _time(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+@app.command("pipelines")
+@handles_errors
+def pipelines(
+    ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="print JSON")
+) -> None:
+    """The pipelines with checkpoints or savepoints in the storage root."""
+    target: Target = ctx.obj
+    names = list_pipelines(target.store())
+    if as_json:
+        _json(names)
+        return
+    table = Table(title=f"pipelines in {target.storage}")
+    for column in ("pipeline", "completed", "latest", "savepoints", "state"):
+        table.add_column(column)
+    for name in names:
+        history = checkpoint_history(target.store(), name)
+        counts = history.get("counts", {})
+        latest = (history.get("latest") or {}).get("completed") or {}
+        state = "stopped" if history.get("stopped") else "running"
+        table.add_row(
+            name,
+            str(counts.get("completed", "-")),
+            str(latest.get("id", "-")),
+            str(len(history.get("savepoints", []))),
+            state,
+        )
+    out.print(table)
 
 
 @app.command("list")
@@ -156,39 +235,60 @@ def list_points(
 ) -> None:
     """Checkpoints (newest first) and savepoints of the pipeline."""
     target: Target = ctx.obj
-    history = checkpoint_history(target.store(), target.pipeline)
+    pipe = target.known()
+    history = checkpoint_history(pipe.store, pipe.name)
     if as_json:
         _json(history)
         return
-    table = Table(title=f"checkpoints of {target.pipeline} ({history['storage']})")
+    table = Table(title=f"checkpoints of {pipe.name} ({history['storage']})")
     for column in ("id", "status", "attempt", "trigger time (UTC)", "duration", "records"):
         table.add_column(column, justify="right" if column != "status" else "left")
     table.add_column("checkpointed", justify="right")
     table.add_column("full size", justify="right")
+    unreadable = []
     for row in history["checkpoints"]:
         stats = row.get("statistics") or {}
         duration = row.get("duration_ms")
-        status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
+        if "error" in row:
+            status = "UNREADABLE"
+            unreadable.append(f"checkpoint {row['id']}: {row['error']}")
+        else:
+            status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
         table.add_row(
             str(row["id"]),
             status,
             str(row["attempt"]),
-            _time(row.get("trigger_time_ms")),
-            "-" if duration is None else f"{duration / 1000:.2f} s",
+            formatting.timestamp(row.get("trigger_time_ms")),
+            formatting.duration(duration),
             str(row.get("records", "-")),
-            _size(stats.get("checkpointed_size")),
-            _size(stats.get("full_size", row.get("state_bytes"))),
+            formatting.size(stats.get("checkpointed_size")),
+            formatting.size(stats.get("full_size", row.get("state_bytes"))),
         )
     out.print(table)
+    for line in unreadable:
+        out.print(f"UNREADABLE {line}", markup=False)
     out.print(f"savepoints: {len(history['savepoints'])}", markup=False)
-    for url in history["savepoints"]:
-        out.print(f"  {url}", markup=False)
+    for entry in history["savepoints"]:
+        url = entry.get("url", entry) if isinstance(entry, dict) else entry
+        error = entry.get("error") if isinstance(entry, dict) else None
+        out.print(f"  {url}" + (f"  UNREADABLE: {error}" if error else ""), markup=False)
     if history["restored_from"]:
         out.print(f"restored from: {history['restored_from']}", markup=False)
     if history.get("restore_note"):
         out.print(f"restore note: {history['restore_note']}", markup=False)
     if history["stopped"]:
         out.print(f"triggering stopped: {history['stopped'].get('reason', '')}", markup=False)
+
+
+def _ranges(groups: list[int]) -> str:
+    """``0-63`` or ``0-3, 8-11``: sorted key groups as contiguous ranges."""
+    spans: list[list[int]] = []
+    for g in sorted(groups):
+        if spans and g == spans[-1][1] + 1:
+            spans[-1][1] = g
+        else:
+            spans.append([g, g])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
 
 
 @app.command()
@@ -199,12 +299,15 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """One checkpoint: its offsets, state files and statistics."""
+    from microcheckpoint.state.keygroups import key_group_range
+
     target: Target = ctx.obj
-    view = scan(target.store(), Layout(target.pipeline))
+    pipe = target.known()
+    view = scan(pipe.store, Layout(pipe.name))
     cid = CheckpointId(checkpoint)
     if cid not in view.records:
         raise CheckpointNotFound(
-            f"pipeline {target.pipeline!r} has no checkpoint {checkpoint} in {target.storage} "
+            f"pipeline {pipe.name!r} has no checkpoint {checkpoint} in {target.storage} "
             f"(known: {[c.value for c in sorted(view.records)]}); see `microcheckpoint list`"
         )
     record = view.records[cid]
@@ -213,31 +316,40 @@ def show(
         "id": checkpoint,
         "status": record.status.value,
         "ranges": {str(tp): [r.start, r.end] for tp, r in sorted(pending.barrier.ranges.items())},
-        "labels": dict(pending.labels),
+        "labels": pending.labels_json(),
     }
     if cid in view.completed:
         meta = view.metadata(cid)
+        max_p = int(meta.config.get("max_parallelism") or 128)
+        subtasks: dict[str, int] = {}
+        for task in meta.acks:
+            subtasks[str(task.uid)] = subtasks.get(str(task.uid), 0) + 1
+        files = []
+        for task, ack in sorted(meta.acks.items(), key=lambda item: str(item[0])):
+            for h in ack.handles:
+                owned = ""
+                if h.key_groups:
+                    share = key_group_range(max_p, subtasks[str(task.uid)], task.subtask)
+                    owned = f"{share.start}-{share.stop - 1}"
+                files.append(
+                    {
+                        "task": str(task),
+                        "key": h.key,
+                        "size": h.size,
+                        "key_groups": owned,
+                        "key_groups_with_state": _ranges(list(h.key_groups)),
+                    }
+                )
         detail.update(
             offsets={str(tp): o for tp, o in sorted(meta.offsets.items())},
-            state_files=[
-                {
-                    "task": str(task),
-                    "key": h.key,
-                    "size": h.size,
-                    "key_groups": f"{min(h.key_groups)}-{max(h.key_groups)}"
-                    if h.key_groups
-                    else "",
-                }
-                for task, ack in sorted(meta.acks.items(), key=lambda item: str(item[0]))
-                for h in ack.handles
-            ],
-            statistics=dict(meta.statistics),
+            state_files=files,
+            statistics={} if meta.statistics is None else meta.statistics.to_json(),
             config=dict(meta.config),
         )
     if as_json:
         _json(detail)
         return
-    out.print(f"checkpoint {checkpoint} of {target.pipeline}: {detail['status']}", markup=False)
+    out.print(f"checkpoint {checkpoint} of {pipe.name}: {detail['status']}", markup=False)
     offsets = Table(title="offsets (next to read) per partition")
     for column in ("partition", "from", "to"):
         offsets.add_column(column, justify="right")
@@ -245,16 +357,17 @@ def show(
         offsets.add_row(tp, str(start), str(end))
     out.print(offsets)
     if "state_files" in detail:
-        files = Table(title="state files")
+        files_table = Table(title="state files")
         for column in ("task", "key groups", "size", "key"):
-            files.add_column(column)
+            files_table.add_column(column)
         for f in detail["state_files"]:
-            files.add_row(f["task"], f["key_groups"], _size(f["size"]), f["key"])
-        out.print(files)
+            files_table.add_row(f["task"], f["key_groups"], formatting.size(f["size"]), f["key"])
+        out.print(files_table)
         stats = detail["statistics"]
         out.print(
-            f"duration {stats.get('end_to_end_duration_ms', '-')} ms · checkpointed "
-            f"{_size(stats.get('checkpointed_size'))} · full {_size(stats.get('full_size'))}",
+            f"duration {formatting.duration(stats.get('end_to_end_duration_ms'))} · checkpointed "
+            f"{formatting.size(stats.get('checkpointed_size'))} · full "
+            f"{formatting.size(stats.get('full_size'))}",
             markup=False,
         )
 
@@ -264,65 +377,93 @@ def show(
 def savepoint(
     ctx: typer.Context,
     target_url: str | None = typer.Option(
-        None, "--target", help="folder URL (default: <storage>/<pipeline>/savepoints/)"
+        None,
+        "--target",
+        help="folder URL under the storage root or a --savepoint-root "
+        "(default: <storage>/<pipeline>/savepoints/)",
     ),
     stop: bool = typer.Option(
-        False, "--stop", help="stop triggering first, wait for checkpoints in flight"
+        False,
+        "--stop",
+        help="stop triggering first, wait for checkpoints in flight, then pause the pipeline "
+        "DAG (with --airflow)",
+    ),
+    dispose: str | None = typer.Option(
+        None, "--dispose", help="delete the savepoint at this folder URL instead"
     ),
     timeout: float = typer.Option(600, help="seconds to wait for checkpoints in flight"),
 ) -> None:
-    """Take a savepoint of the latest completed checkpoint (stop with savepoint: --stop)."""
+    """Take a savepoint of the latest completed checkpoint (stop with savepoint: --stop;
+    delete one: --dispose URL)."""
     target: Target = ctx.obj
-    coord = target.coordinator()
-    store, prefix = None, None
-    if target_url:
-        root, _, prefix = _split(target_url)
-        store = target.store(root)
-    if stop:
-        coord.suspend("stop with savepoint (microcheckpoint CLI)")
-        try:
-            _await_quiet(coord, timeout)
-            url = create_savepoint(coord.store, target.pipeline, target=store, target_prefix=prefix)
-        except BaseException:
-            coord.resume()  # a failed stop-with-savepoint leaves the pipeline running
-            raise
-    else:
-        url = create_savepoint(coord.store, target.pipeline, target=store, target_prefix=prefix)
-    out.print(url, markup=False)
-
-
-def _split(url: str) -> tuple[str, str, str]:
-    """``(root URL, "", key prefix)`` of a folder URL: the bucket and the path in it, or the
-    parent folder and the folder's name."""
-    match = re.fullmatch(r"(s3://[^/]+)/(.+)|file://(/.*)/([^/]+)", url.rstrip("/"))
-    if not match:
-        raise ConfigError("target", url, "a folder URL s3://bucket/path or file:///path")
-    if match.group(1):
-        return match.group(1), "", match.group(2)
-    return "file://" + (match.group(3) or "/"), "", match.group(4)
-
-
-def _await_quiet(coord: CheckpointCoordinator, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+    if dispose is not None:
+        if target_url or stop:
+            raise ConfigError("--dispose", dispose, "alone, without --target or --stop")
+        deleted = dispose_savepoint(target.known(), dispose)
+        out.print(f"disposed {dispose} ({deleted} objects deleted)", markup=False)
+        return
+    labels = {"by": "microcheckpoint CLI"}
+    if not stop:
+        out.print(take_savepoint(target.known(), target_url, labels=labels), markup=False)
+        return
+    pause = target.pause()
     with err.status("waiting for the checkpoints in flight") as status:
-        while busy := coord.view().in_flight:
-            if time.monotonic() > deadline:
-                raise RestoreError(
-                    f"checkpoints {[c.value for c in busy]} of {coord.config.pipeline!r} are "
-                    f"still in flight after {timeout:g} s; try again, or raise --timeout"
-                )
-            status.update(f"waiting for checkpoints {[c.value for c in busy]} in flight")
-            time.sleep(1)
+        url = stop_with_savepoint(
+            target.known(),
+            target_url,
+            timeout_s=timeout,
+            labels=labels,
+            pause=pause,
+            on_wait=lambda busy: status.update(
+                f"waiting for checkpoints {[c.value for c in busy]} in flight"
+            ),
+        )
+    out.print(url, markup=False)
+    if pause is None:
+        err.print(
+            f"note: triggering of {target.pipe.name} is stopped; its Airflow DAG "
+            f"{target.pipe.name}_pipeline was not paused (give --airflow URL to pause it); "
+            "runs skip until a restore",
+            markup=False,
+        )
+    else:
+        err.print(f"paused {target.pipe.name}_pipeline", markup=False)
+
+
+@app.command()
+@handles_errors
+def cancel(
+    ctx: typer.Context,
+    cleanup: str | None = typer.Option(
+        None,
+        help="RETAIN_ON_CANCELLATION or DELETE_ON_CANCELLATION (default: the pipeline's "
+        "externalized_cleanup)",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Cancel the pipeline: stop triggering, abort checkpoints in flight, and keep or delete
+    its checkpoints (never its savepoints). `restore` starts it again."""
+    target: Target = ctx.obj
+    record = cancel_pipeline(
+        target.known(), cleanup=cleanup, labels={"by": "microcheckpoint CLI"}, pause=target.pause()
+    )
+    if as_json:
+        _json(record.to_json())
+        return
+    kept = ", ".join(map(str, record.retained)) or "none"
+    out.print(
+        f"cancelled {target.pipe.name} ({record.cleanup}): aborted {list(record.aborted)}, "
+        f"kept checkpoints: {kept}, deleted {record.deleted} objects",
+        markup=False,
+    )
 
 
 def _point(target: Target, point: str) -> RestorePoint:
-    """``latest``, a checkpoint id (``7``, ``chk-7``) or any savepoint/checkpoint folder URL."""
-
-    def locate(url: str) -> tuple[ObjectStore, str]:
-        root, _, prefix = _split(url)
-        return target.store(root), prefix
-
-    return resolve_point(point, target.pipeline, target.store(), locate)
+    """``latest``, a checkpoint id (``7``, ``chk-7``) or a folder URL under the roots."""
+    pipe = target.pipe
+    if point.strip() in ("", "latest") or "://" not in point:
+        pipe.require_known()
+    return resolve_point(point, pipe.name, pipe.store, pipe.locations.locate)
 
 
 @app.command("restore")
@@ -332,18 +473,33 @@ def restore_point(
     point: str = typer.Argument(..., help="latest, a checkpoint id, or a savepoint URL"),
     claim: bool = typer.Option(False, "--claim", help="CLAIM mode (default NO_CLAIM)"),
     parallelism: int | None = typer.Option(None, help="subtasks from now on (rescale)"),
+    allow_non_restored_state: bool = typer.Option(
+        False,
+        "--allow-non-restored-state",
+        help="drop state of operators the pipeline no longer has",
+    ),
+    module: str | None = typer.Option(
+        None, help="module:attribute of the Pipeline, to check its operator uids"
+    ),
+    timeout: float = typer.Option(600, help="seconds to wait for checkpoints in flight"),
 ) -> None:
     """Re-base the pipeline on a checkpoint or savepoint; its next run starts there."""
     target: Target = ctx.obj
-    if parallelism is not None and parallelism < 1:
-        raise ConfigError("parallelism", parallelism, "an integer >= 1")
-    found = _point(target, point)
-    coord = target.coordinator()
-    mode = ClaimMode.CLAIM if claim else ClaimMode.NO_CLAIM
-    marker = restore(coord.store, target.pipeline, found, mode, parallelism)
-    coord.reset_failures()
-    coord.resume()
-    out.print(f"restored {target.pipeline} from {marker.source}", markup=False)
+    pipe = target.pipe
+    uids = None
+    if module:
+        uids = load_pipeline(module, name=pipe.name).uids
+    marker = restore_pipeline(
+        pipe,
+        point,
+        claim_mode=claim,
+        parallelism=parallelism,
+        allow_non_restored_state=allow_non_restored_state,
+        uids=uids,
+        labels={"by": "microcheckpoint CLI"},
+        timeout_s=timeout,
+    )
+    out.print(f"restored {pipe.name} from {marker.source}", markup=False)
     if marker.note:
         err.print(f"note: {marker.note}", markup=False)
 
@@ -355,44 +511,30 @@ def verify(
     point: str = typer.Argument(..., help="latest, a checkpoint id, or a savepoint URL"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
-    """A dry-run restore: read every file the point references, check their format, and
-    check that its offsets are still in Kafka (not deleted by retention; a WARNING when
-    retention deletes them within 24 hours). Changes nothing."""
-    from microcheckpoint.state.files import read_rows
-
+    """A dry-run restore: read the point's _metadata and every state file it references (each
+    must decode), check that its staged sink parts are there with their size (sink output is
+    not read), and check that its offsets are still in Kafka (not deleted by retention; a
+    WARNING when retention deletes them within 24 hours). Changes nothing."""
     target: Target = ctx.obj
-    found = _point(target, point)
-    checks: list[dict[str, Any]] = [
-        {"check": "_metadata", "ok": True, "detail": f"{found.location} (format ok)"}
-    ]
-    meta = found.metadata
-    handles = [(h, key) for h, key in zip(meta.handles, found.handle_keys(), strict=True)]
-    for handle, key in handles:
-        try:
-            rows = read_rows(found.store, type(handle)(key, handle.size, handle.key_groups))
-            checks.append(
-                {"check": found.store.child_url(key), "ok": True, "detail": f"{rows.num_rows} rows"}
-            )
-        except (MicrocheckpointError, OSError, ValueError) as exc:
-            checks.append({"check": found.store.child_url(key), "ok": False, "detail": str(exc)})
-    checks += _offset_checks(target, found)
-    ok = all(c["ok"] for c in checks)
+    done = dry_run_restore(lambda: _point(target, point), lambda p: _offset_checks(target, p))
+    where = done.point.location if done.point else point
     if as_json:
-        _json({"point": found.location, "ok": ok, "checks": checks})
+        checks = [c.to_json() for c in done.checks]
+        _json({"point": where, "ok": done.ok, "checks": checks})
     else:
-        table = Table(title=f"verify {found.location}")
+        table = Table(title=f"verify {where}")
         for column in ("check", "result", "detail"):
             table.add_column(column)
-        for c in checks:
-            result = "FAILED" if not c["ok"] else "WARNING" if c.get("warning") else "ok"
-            table.add_row(c["check"], result, c["detail"])
+        for c in done.checks:
+            result = "FAILED" if not c.ok else "WARNING" if c.warning else "ok"
+            table.add_row(c.check, result, c.detail)
         out.print(table)
-        out.print("VERIFIED" if ok else "NOT RESTORABLE", markup=False)
-    if not ok:
+        out.print("VERIFIED" if done.ok else "NOT RESTORABLE", markup=False)
+    if not done.ok:
         raise typer.Exit(1)
 
 
-def _offset_checks(target: Target, found: RestorePoint) -> list[dict[str, Any]]:
+def _offset_checks(target: Target, found: RestorePoint) -> list[Check]:
     """Each Kafka partition's offset against its log start and end (needs ``--bootstrap``),
     and a WARNING row (still ok) where Kafka's retention deletes the record at the offset
     within ``protocol.replay.DEFAULT_HORIZON_MS``."""
@@ -403,17 +545,12 @@ def _offset_checks(target: Target, found: RestorePoint) -> list[dict[str, Any]]:
     if not kafka_offsets:
         return []
     if not target.bootstrap:
-        return [
-            {
-                "check": "offsets",
-                "ok": True,
-                "detail": "not checked: give --bootstrap to check them against Kafka",
-            }
-        ]
+        detail = "not checked: give --bootstrap to check them against Kafka"
+        return [Check("offsets", True, detail)]
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
     from microcheckpoint.adapters.kafka_replay import assess
 
-    checks = []
+    checks: list[Check] = []
     with KafkaOffsets(target.bootstrap) as kafka:
         start = kafka.beginning_offsets(kafka_offsets)
         end = kafka.end_offsets(kafka_offsets)
@@ -425,16 +562,15 @@ def _offset_checks(target: Target, found: RestorePoint) -> list[dict[str, Any]]:
                 f"{offset}..{start[tp] - 1} were deleted by Kafka's retention and cannot be "
                 "replayed"
             )
-            checks.append({"check": str(tp), "ok": False, "detail": detail})
+            checks.append(Check(str(tp), False, detail))
         elif offset > end[tp]:
             detail = f"offset {offset} is past the log end {end[tp]}: another topic of that name?"
-            checks.append({"check": str(tp), "ok": False, "detail": detail})
+            checks.append(Check(str(tp), False, detail))
         else:
             detail = f"offset {offset} in [{start[tp]}, {end[tp]}]"
-            checks.append({"check": str(tp), "ok": True, "detail": detail})
+            checks.append(Check(str(tp), True, detail))
     for w in soon:
-        row = {"check": f"{w.partition} retention", "ok": True, "warning": True}
-        checks.append({**row, "detail": w.message})
+        checks.append(Check(f"{w.partition} retention", True, w.message, warning=True))
     return checks
 
 
@@ -453,14 +589,17 @@ def state_export(
     from microcheckpoint.state.reader import read_keyed_state
 
     target: Target = ctx.obj
+    pipe = target.known()
     cid = None if checkpoint is None else CheckpointId(checkpoint)
-    state = read_keyed_state(target.store(), target.pipeline, uid, cid)
+    state = read_keyed_state(pipe.store, pipe.name, uid, cid)
     if not state:
-        view = scan(target.store(), Layout(target.pipeline))
-        meta = view.metadata(cid or view.latest_completed)  # type: ignore[arg-type]
-        uids = sorted({str(t.uid) for t in meta.acks})
+        view = scan(pipe.store, Layout(pipe.name))
+        which = cid or view.latest_completed
+        if which is None:
+            raise CheckpointNotFound(f"pipeline {pipe.name!r} has no completed checkpoint")
+        uids = sorted({str(t.uid) for t in view.metadata(which).acks})
         if uid not in uids:
-            raise ConfigError("uid", uid, f"an operator uid of {target.pipeline!r}: {uids}")
+            raise ConfigError("uid", uid, f"an operator uid of {pipe.name!r}: {uids}")
     keys = sorted(state, key=lambda k: json.dumps(k, sort_keys=True, default=str))
     table = pa.table(
         {
@@ -498,24 +637,23 @@ def state_import(
 ) -> None:
     """Write a new savepoint whose operator UID holds the table's keyed state, like Flink's
     State Processor API; other operators' state comes from the latest checkpoint."""
+    from microcheckpoint.ops.savepoints import savepoint_target
     from microcheckpoint.state.bootstrap import bootstrap_savepoint, read_state_table
 
     target: Target = ctx.obj
-    store, prefix = None, None
-    if target_url:
-        root, _, prefix = _split(target_url)
-        store = target.store(root)
+    pipe = target.pipe
+    where = savepoint_target(pipe, target_url)
     states = read_state_table(source)
     done = bootstrap_savepoint(
-        target.store(),
-        target.pipeline,
+        pipe.store,
+        pipe.name,
         uid,
         states,
         parallelism=parallelism,
         max_parallelism=max_parallelism,
         offsets=offsets,
-        target=store,
-        target_prefix=prefix,
+        target=where.store,
+        target_prefix=where.prefix,
     )
     out.print(done.url, markup=False)
     others = (
@@ -531,11 +669,88 @@ def state_import(
     )
 
 
+def _cycle(
+    target: Target,
+    module: str,
+    bootstrap: str | None,
+    parallelism: int,
+    remote: str | None,
+    config: str,
+    full: bool,
+) -> None:
+    """One cycle now: recover, trigger, process the epoch with Spark, complete, notify."""
+    bootstrap = bootstrap or target.bootstrap
+    if not bootstrap:
+        raise ConfigError(
+            "bootstrap", None, "--bootstrap host:port (or MICROCHECKPOINT_KAFKA_BOOTSTRAP)"
+        )
+    try:
+        settings = json.loads(config)
+    except ValueError as exc:
+        raise ConfigError("config", config, 'a JSON object, e.g. {"timeout": "10min"}') from exc
+    if not isinstance(settings, dict):
+        raise ConfigError("config", config, 'a JSON object, e.g. {"timeout": "10min"}')
+    if full:
+        settings["incremental"] = False  # this checkpoint references nothing older
+    pipe = PipelineTarget.of(
+        target.pipe.name, target.storage, settings=target.settings, checkpointing=settings
+    )
+    s3 = target.settings.options(target.storage)
+    pipeline = load_pipeline(module, name=pipe.name, s3_options=target.settings.s3_options())
+    from microcheckpoint.engine.cycle import run_cycle
+    from microcheckpoint.engine.errors import failure_cause
+    from microcheckpoint.engine.spark import connect_spark, local_spark
+
+    with err.status(f"running one cycle of {pipeline.name}"):
+        spark = connect_spark(remote) if remote else local_spark("local[2]")
+        try:
+            result = run_cycle(
+                spark,
+                pipeline,
+                pipe.config,
+                target.store(),
+                bootstrap=bootstrap,
+                parallelism=parallelism,
+                store_options=s3,
+            )
+        except MicrocheckpointError:
+            raise
+        except Exception as exc:  # a Spark job's failure: name the cause, not the wrapper
+            raise _fail(f"checkpoint failed: {failure_cause(exc)}", 1) from None
+        finally:
+            if not remote:
+                spark.stop()
+    kind = "full" if full else "incremental" if pipe.config.incremental else "full"
+    out.print(
+        f"checkpoint {result.checkpoint_id} completed ({kind}): {result.records} records "
+        f"(attempt {run_attempt(result.attempt)})",
+        markup=False,
+    )
+
+
+@app.command()
+@handles_errors
+def checkpoint(
+    ctx: typer.Context,
+    module: str = typer.Option(..., help="module:attribute of the Pipeline"),
+    full: bool = typer.Option(False, "--full", help="a full snapshot (no incremental references)"),
+    bootstrap: str | None = typer.Option(None, help=BOOTSTRAP_HELP),
+    parallelism: int = typer.Option(2, help="subtasks (unless a restore chose another)"),
+    remote: str | None = typer.Option(
+        None, envvar="MICROCHECKPOINT_SPARK_CONNECT", help="sc://host:port of Spark Connect"
+    ),
+    config: str = typer.Option("{}", help="JSON of checkpoint settings"),
+) -> None:
+    """Trigger a checkpoint now and run its epoch (Flink's `checkpoint [--full]`)."""
+    _cycle(ctx.obj, module, bootstrap, parallelism, remote, config, full)
+
+
 @app.command()
 @handles_errors
 def run(
     ctx: typer.Context,
     module: str = typer.Option(..., help="module:attribute of the Pipeline"),
+    bootstrap: str | None = typer.Option(None, help=BOOTSTRAP_HELP),
     parallelism: int = typer.Option(2, help="subtasks (unless a restore chose another)"),
     remote: str | None = typer.Option(
         None, envvar="MICROCHECKPOINT_SPARK_CONNECT", help="sc://host:port of Spark Connect"
@@ -543,55 +758,7 @@ def run(
     config: str = typer.Option("{}", help="JSON of checkpoint settings"),
 ) -> None:
     """One cycle: recover, trigger, process the epoch with Spark, complete and notify."""
-    import importlib
-
-    target: Target = ctx.obj
-    if not target.bootstrap:
-        raise ConfigError(
-            "bootstrap", None, "--bootstrap host:port (or MICROCHECKPOINT_KAFKA_BOOTSTRAP)"
-        )
-    name, _, attr = module.partition(":")
-    try:
-        pipeline = getattr(importlib.import_module(name), attr or "pipeline")
-    except (ModuleNotFoundError, AttributeError) as exc:
-        raise ConfigError(
-            "module", module, "module:attribute of a Pipeline on the Python path"
-        ) from exc
-    try:
-        settings = json.loads(config)
-    except ValueError as exc:
-        raise ConfigError("config", config, 'a JSON object, e.g. {"timeout": "10min"}') from exc
-    if pipeline.name != target.pipeline:
-        raise ConfigError(
-            "pipeline", target.pipeline, f"the pipeline's own name ({pipeline.name!r})"
-        )
-    checkpoint_config = CheckpointConfig.from_mapping(
-        {"pipeline": pipeline.name, "storage": target.storage, **settings}
-    )
-    from microcheckpoint.engine.cycle import run_cycle
-    from microcheckpoint.engine.spark import connect_spark, local_spark
-
-    options = {"endpoint_url": target.s3_endpoint} if target.storage.startswith("s3://") else {}
-    with err.status(f"running one cycle of {pipeline.name}"):
-        spark = connect_spark(remote) if remote else local_spark("local[2]")
-        try:
-            result = run_cycle(
-                spark,
-                pipeline,
-                checkpoint_config,
-                target.store(),
-                bootstrap=target.bootstrap,
-                parallelism=parallelism,
-                store_options=options,
-            )
-        finally:
-            if not remote:
-                spark.stop()
-    out.print(
-        f"checkpoint {result.checkpoint_id} completed: {result.records} records "
-        f"(attempt {run_attempt(result.attempt)})",
-        markup=False,
-    )
+    _cycle(ctx.obj, module, bootstrap, parallelism, remote, config, False)
 
 
 def main() -> None:

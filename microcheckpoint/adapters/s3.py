@@ -20,10 +20,13 @@ from urllib.parse import urlparse
 import boto3
 from botocore.config import Config
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
     ReadTimeoutError,
 )
 
@@ -121,6 +124,19 @@ class S3Store(ObjectStore):
                     "credentials and the bucket policy"
                 )
             return StorageError(f"{action} {self.child_url(key)} failed: {code} (HTTP {status})")
+        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+            return StorageError(
+                f"{action} {self.child_url(key)} needs S3 credentials and found none ({exc}); "
+                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, an AWS profile, or the "
+                "storage connection's login and password"
+            )
+        if isinstance(exc, BotoCoreError) and not isinstance(
+            exc, _NOT_APPLIED_CONNECT + _MAYBE_APPLIED
+        ):
+            return StorageError(
+                f"{action} {self.child_url(key)} failed: {exc}; check the S3 settings "
+                "(endpoint, region, credentials)"
+            )
         return StorageError(
             f"{action} {self.child_url(key)} failed: S3 endpoint {self._endpoint} is unreachable "
             f"({exc}); check the endpoint URL and that the server runs"
@@ -141,6 +157,8 @@ class S3Store(ObjectStore):
                 if attempt < _ATTEMPTS - 1:
                     _backoff(attempt)
                     continue
+                raise self._explain(exc, action, key) from exc
+            except BotoCoreError as exc:  # no credentials, a bad setting: retrying cannot help
                 raise self._explain(exc, action, key) from exc
         raise AssertionError("unreachable")
 
@@ -190,6 +208,8 @@ class S3Store(ObjectStore):
                 raise self._explain(exc, "conditionally writing", key) from exc
             except _MAYBE_APPLIED:
                 return WriteOutcome.UNKNOWN
+            except BotoCoreError as exc:  # raised before sending: nothing was written
+                raise self._explain(exc, "conditionally writing", key) from exc
         return WriteOutcome.UNKNOWN
 
     def put_if_absent(self, key: str, data: bytes) -> WriteOutcome:

@@ -427,3 +427,10 @@ class Pipeline:
     @property
     def uids(self) -> list[str]:
         return [self.source.uid, *(op.uid for op in self.operators), *(s.uid for s in self.sinks)]
+
+    def use_storage(self, s3_options: dict[str, Any]) -> Pipeline:
+        """Give every sink without S3 settings of its own the run's (``Sink.use_storage``);
+        file sources get them from the run already. Idempotent; returns the pipeline."""
+        for sink in self.sinks:
+            sink.use_storage(s3_options)
+        return self

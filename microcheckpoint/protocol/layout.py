@@ -84,5 +84,9 @@ class Layout:
         return f"{self.pipeline}/_stopped"
 
     @property
+    def cancelled(self) -> str:
+        return f"{self.pipeline}/_cancelled"
+
+    @property
     def savepoints(self) -> str:
         return f"{self.pipeline}/savepoints/"

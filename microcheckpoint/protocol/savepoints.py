@@ -147,9 +147,12 @@ def choose_restore(
     store: ObjectStore,
     pipeline: str,
     checkpoint: CheckpointId | None = None,
-    savepoint: tuple[ObjectStore, str] | None = None,
+    savepoint: tuple[ObjectStore, str] | str | None = None,
 ) -> RestorePoint | None:
     """Pick what to restore: a given savepoint, a given checkpoint, or the latest completed.
+
+    ``savepoint`` is the folder's URL (what ``create_savepoint`` returns) when it lies in
+    ``store``, or ``(store, key prefix)`` for a folder in another store.
 
     The latest completed checkpoint is verified (``_metadata`` readable, every state
     file present); if it is not usable, the previous retained one is used and
@@ -159,6 +162,8 @@ def choose_restore(
         IncompatibleCheckpoint: the savepoint or checkpoint belongs to another pipeline.
         CheckpointNotFound: the requested checkpoint is not completed or does not exist.
     """
+    if isinstance(savepoint, str):
+        savepoint = (store, _prefix_in(store, savepoint))
     if savepoint is not None:
         point = read_savepoint(*savepoint)
         _check_pipeline(point, pipeline)
@@ -195,6 +200,22 @@ def choose_restore(
             f"no completed checkpoint of {pipeline!r} is usable: {'; '.join(problems)}"
         )
     return None
+
+
+def _prefix_in(store: ObjectStore, url: str) -> str:
+    """The key prefix of folder ``url`` inside ``store``.
+
+    Raises:
+        ConfigError: ``url`` is not inside ``store``.
+    """
+    url = url.strip().rstrip("/").removesuffix("/_metadata")
+    if not url.startswith(store.url.rstrip("/") + "/"):
+        raise ConfigError(
+            "savepoint",
+            url,
+            f"a folder URL inside {store.url}; for another location pass (store, prefix)",
+        )
+    return url[len(store.url.rstrip("/")) + 1 :]
 
 
 def resolve_point(
@@ -295,9 +316,13 @@ def restore(
     """
     _check_pipeline(point, pipeline)
     layout = Layout(pipeline)
-    # Step 1: bring a foreign point into this store.
+    # Step 1: bring a foreign point into this store (a folder that already lies in it, named
+    # through another root of the same bucket, is used where it is).
     if point.store.url != store.url:
-        point = _import_point(store, layout, point)
+        if point.location.startswith(store.url.rstrip("/") + "/"):
+            point = replace(point, store=store, prefix=_prefix_in(store, point.location) + "/")
+        else:
+            point = _import_point(store, layout, point)
     view = scan(store, layout)
     own = point.prefix.startswith(layout.root + "chk-")
     marker = RestoreMarker(

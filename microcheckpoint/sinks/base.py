@@ -59,6 +59,11 @@ class Sink(abc.ABC):
     def open(self) -> None:  # noqa: B027 - optional hook
         """Prepare the destination (create a table or topic); idempotent; on the driver."""
 
+    def use_storage(self, s3_options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Take the run's S3 settings (endpoint, region, credentials) for an ``s3://``
+        destination that was built without its own; idempotent. Called by the engine and the
+        pipeline loader, so one endpoint setting reaches every S3 client of a run."""
+
     @abc.abstractmethod
     def commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
         """Publish epoch ``epoch``: ``parts[i]`` are subtask ``i``'s rows, in a fixed order.

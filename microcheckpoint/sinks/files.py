@@ -64,6 +64,12 @@ class FileSink(Sink):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_store": None}
 
+    def use_storage(self, s3_options: dict[str, Any]) -> None:
+        """An ``s3://`` target built without options of its own takes the run's."""
+        if self.target.startswith("s3://") and not self.store_options and s3_options:
+            self.store_options = dict(s3_options)
+            self._store = None
+
     @property
     def store(self) -> ObjectStore:
         if self._store is None:

@@ -10,16 +10,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
 from airflow.sdk import BaseHook
 
-from microcheckpoint.errors import ConfigError, ServiceError
+from microcheckpoint.adapters.airflow_api import AirflowApi
+from microcheckpoint.errors import ConfigError
 from microcheckpoint.storage import ObjectStore, open_store
 
 __all__ = [
@@ -150,7 +147,8 @@ class AirflowApiHook(BaseHook):
         super().__init__()
         self.api_conn_id = api_conn_id
 
-    def _base(self) -> tuple[str, Any]:
+    def api(self) -> AirflowApi:
+        """The REST client for this connection."""
         conn = _connection(self.api_conn_id)
         if conn is None or not conn.host:
             raise ConfigError(
@@ -160,49 +158,19 @@ class AirflowApiHook(BaseHook):
                 "so the savepoint and restore DAGs can pause and unpause the pipeline DAG",
             )
         host = conn.host if "://" in conn.host else f"{conn.schema or 'http'}://{conn.host}"
-        return (f"{host}:{conn.port}" if conn.port else host).rstrip("/"), conn
-
-    def _request(self, method: str, url: str, body: dict | None, token: str | None) -> Any:
-        headers = {"Content-Type": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:300]
-            raise ServiceError(
-                f"Airflow API {method} {url} answered {exc.code}: {detail}; check connection "
-                f"{self.api_conn_id!r} (address, login, password)"
-            ) from exc
-        except urllib.error.URLError as exc:
-            raise ServiceError(
-                f"Airflow API at {url} is unreachable ({exc.reason}); check connection "
-                f"{self.api_conn_id!r}"
-            ) from exc
+        base = (f"{host}:{conn.port}" if conn.port else host).rstrip("/")
+        return AirflowApi(
+            base, conn.login or None, conn.password or None, f"connection {self.api_conn_id!r}"
+        )
 
     def token(self) -> str:
-        base, conn = self._base()
-        if conn.login:
-            body = {"username": conn.login, "password": conn.password or ""}
-            return self._request("POST", f"{base}/auth/token", body, None)["access_token"]
-        return self._request("GET", f"{base}/auth/token", None, None)["access_token"]
+        return self.api().token()
 
     def set_paused(self, dag_id: str, paused: bool) -> dict[str, Any]:
         """Pause or unpause ``dag_id``; returns the DAG as the API reports it."""
-        base, _ = self._base()
-        return self._request(
-            "PATCH", f"{base}/api/v2/dags/{dag_id}", {"is_paused": paused}, self.token()
-        )
+        return self.api().set_paused(dag_id, paused)
 
     def set_note(self, dag_id: str, run_id: str, note: str) -> dict[str, Any]:
         """Set the note of run ``run_id`` of ``dag_id`` (shown on the run in the UI; at most
         1000 characters)."""
-        base, _ = self._base()
-        url = (
-            f"{base}/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
-            "?update_mask=note"
-        )
-        return self._request("PATCH", url, {"note": note[:1000]}, self.token())
+        return self.api().set_note(dag_id, run_id, note)

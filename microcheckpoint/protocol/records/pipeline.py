@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.records.codec import id_or_none
 
-__all__ = ["ClaimMode", "FailuresReset", "RestoreMarker", "StopRecord"]
+__all__ = ["CancelRecord", "ClaimMode", "FailuresReset", "RestoreMarker", "StopRecord"]
 
 
 class ClaimMode(str, Enum):
@@ -134,3 +134,48 @@ class FailuresReset:
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> FailuresReset:
         return cls(int(body["after_id"]), int(body.get("at_ms", 0)))
+
+
+@dataclass(frozen=True)
+class CancelRecord:
+    """``_cancelled``: the pipeline was cancelled; the last one stays until a restore.
+
+    ``after_id`` is the highest checkpoint id allocated before the cancel: ids are never
+    reused, even when the cancel deleted every checkpoint (sinks publish each epoch once
+    per id). ``cleanup`` is the externalized-checkpoint policy applied; ``aborted`` the
+    checkpoints it aborted in flight; ``retained`` the completed ones kept; ``deleted`` the
+    number of objects deleted.
+    """
+
+    kind: ClassVar[str] = "_cancelled"
+
+    after_id: int
+    at_ms: int
+    cleanup: str
+    aborted: tuple[int, ...] = ()
+    retained: tuple[int, ...] = ()
+    deleted: int = 0
+    labels: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "after_id": self.after_id,
+            "at_ms": self.at_ms,
+            "cleanup": self.cleanup,
+            "aborted": list(self.aborted),
+            "retained": list(self.retained),
+            "deleted": self.deleted,
+            "labels": dict(self.labels),
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> CancelRecord:
+        return cls(
+            after_id=int(body["after_id"]),
+            at_ms=int(body.get("at_ms", 0)),
+            cleanup=str(body.get("cleanup", "")),
+            aborted=tuple(int(c) for c in body.get("aborted", ())),
+            retained=tuple(int(c) for c in body.get("retained", ())),
+            deleted=int(body.get("deleted", 0)),
+            labels=dict(body.get("labels") or {}),
+        )

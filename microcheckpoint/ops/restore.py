@@ -1,0 +1,206 @@
+"""Restore (re-base) a pipeline on a checkpoint or savepoint: the one sequence of the CLI's
+``restore``, the restore DAG and the page.
+
+A point is named one way everywhere: ``latest``, a checkpoint id (``7``, ``chk-7``), or the
+URL of a savepoint or checkpoint folder (what ``take_savepoint`` returns).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from microcheckpoint.errors import ConfigError
+from microcheckpoint.ids import CheckpointId
+from microcheckpoint.ops.savepoints import await_quiet
+from microcheckpoint.ops.target import PipelineTarget
+from microcheckpoint.protocol.records import ClaimMode, RestoreMarker
+from microcheckpoint.protocol.savepoints import (
+    RestorePoint,
+    check_restorable,
+    resolve_point,
+    restore,
+)
+
+__all__ = ["RestoreRequest", "apply_restore", "plan_restore", "restore_pipeline"]
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    """A checked restore: what it starts from and how.
+
+    ``dropped`` are operator uids whose state the point holds and the pipeline no longer
+    has (only with ``allow_non_restored_state``).
+    """
+
+    point: RestorePoint
+    claim_mode: ClaimMode
+    parallelism: int | None
+    dropped: tuple[str, ...]
+
+    def summary(self) -> dict[str, Any]:
+        """What a person sees before it happens (a task's XCom, ``--json``)."""
+        meta = self.point.metadata
+        return {
+            "location": self.point.location,
+            "checkpoint": meta.checkpoint_id.value,
+            "kind": meta.kind,
+            "claim_mode": self.claim_mode.value,
+            "parallelism": self.parallelism,
+            "dropped_state": list(self.dropped),
+            "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
+            "note": self.point.note,
+        }
+
+
+def _claim(value: ClaimMode | str | bool) -> ClaimMode:
+    if isinstance(value, ClaimMode):
+        return value
+    if isinstance(value, bool):
+        return ClaimMode.CLAIM if value else ClaimMode.NO_CLAIM
+    try:
+        return ClaimMode(str(value).strip().upper())
+    except ValueError as exc:
+        raise ConfigError("claim_mode", value, "NO_CLAIM or CLAIM") from exc
+
+
+def _parallelism(value: Any, limit: int) -> int | None:
+    if value in (None, "", "None"):
+        return None
+    if isinstance(value, bool):
+        raise ConfigError("parallelism", value, f"an integer in 1..{limit}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("parallelism", value, f"an integer in 1..{limit}") from exc
+    if str(number) != str(value).strip() and not isinstance(value, int):
+        raise ConfigError("parallelism", value, f"an integer in 1..{limit}")
+    if not 1 <= number <= limit:
+        raise ConfigError(
+            "parallelism",
+            number,
+            f"an integer in 1..{limit} (max_parallelism: the number of key groups, fixed "
+            "when the pipeline first ran)",
+        )
+    return number
+
+
+def _max_parallelism(target: PipelineTarget, point: RestorePoint) -> int:
+    stored = point.metadata.config.get("max_parallelism")
+    try:
+        return int(stored) if stored not in (None, "") else target.config.max_parallelism
+    except (TypeError, ValueError):
+        return target.config.max_parallelism
+
+
+def _current_uids(target: PipelineTarget) -> list[str] | None:
+    """The operator uids of the pipeline's latest completed checkpoint (None: none yet)."""
+    view = target.coordinator().view()
+    if view.latest_completed is None:
+        return None
+    return sorted({str(t.uid) for t in view.metadata(view.latest_completed).acks})
+
+
+def plan_restore(
+    target: PipelineTarget,
+    point: str | None = "latest",
+    *,
+    claim_mode: ClaimMode | str | bool = ClaimMode.NO_CLAIM,
+    parallelism: Any = None,
+    allow_non_restored_state: bool = False,
+    uids: Iterable[str] | None = None,
+) -> RestoreRequest:
+    """Check a restore request; writes nothing.
+
+    Args:
+        target: the pipeline.
+        point: ``latest`` (or empty), a checkpoint id, or a folder URL under the roots.
+        claim_mode: ``NO_CLAIM`` (default) or ``CLAIM``.
+        parallelism: subtasks from now on, 1..max_parallelism (None: keep).
+        allow_non_restored_state: drop state of operators the pipeline no longer has.
+        uids: the pipeline's operator uids (None: those of its latest checkpoint, if any).
+
+    Raises:
+        ConfigError: a malformed value, a URL outside the roots, parallelism out of range.
+        CheckpointNotFound: nothing restorable there (or a misspelt pipeline).
+        IncompatibleCheckpoint: another pipeline's point, or state without an operator.
+    """
+    mode = _claim(claim_mode)
+    text = "latest" if point in (None, "None") else str(point)
+    if text.strip() in ("", "latest") or "://" not in text:
+        target.require_known()
+    found = resolve_point(text, target.name, target.store, target.locations.locate)
+    number = _parallelism(parallelism, _max_parallelism(target, found))
+    known = list(uids) if uids is not None else _current_uids(target)
+    dropped = check_restorable(found, known, allow_non_restored_state) if known else []
+    return RestoreRequest(found, mode, number, tuple(dropped))
+
+
+def apply_restore(
+    target: PipelineTarget, request: RestoreRequest, labels: Mapping[str, Any] | None = None
+) -> RestoreMarker:
+    """Re-base the pipeline on a checked request, clear its failures and its stop.
+
+    Steps: 1. write the restore marker (a point outside the pipeline's storage is copied in
+    first); 2. reset the failure count; 3. allow triggering again.
+    """
+    coord = target.coordinator()
+    # Step 1: the marker.
+    marker = restore(
+        coord.store,
+        target.name,
+        request.point,
+        request.claim_mode,
+        request.parallelism,
+        labels=labels,
+    )
+    # Step 2 and 3: a person restored it: failures are acknowledged, triggering resumes.
+    coord.reset_failures()
+    coord.resume()
+    coord.store.delete(coord.layout.cancelled)
+    return marker
+
+
+def restore_pipeline(
+    target: PipelineTarget,
+    point: str | None = "latest",
+    *,
+    claim_mode: ClaimMode | str | bool = ClaimMode.NO_CLAIM,
+    parallelism: Any = None,
+    allow_non_restored_state: bool = False,
+    uids: Iterable[str] | None = None,
+    labels: Mapping[str, Any] | None = None,
+    timeout_s: float = 600.0,
+    on_wait: Callable[[list[CheckpointId]], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RestoreMarker:
+    """The whole restore, as the restore DAG runs it in tasks.
+
+    Steps: 1. ``plan_restore`` (nothing written on bad input); 2. stop triggering; 3. wait
+    until no checkpoint is in flight; 4. ``apply_restore``. If step 3 or 4 fails, a pipeline
+    that was running keeps running.
+    """
+    # Step 1: check.
+    request = plan_restore(
+        target,
+        point,
+        claim_mode=claim_mode,
+        parallelism=parallelism,
+        allow_non_restored_state=allow_non_restored_state,
+        uids=uids,
+    )
+    coord = target.coordinator()
+    was_stopped = coord.suspended() is not None
+    # Step 2: stop triggering.
+    coord.suspend(f"restore ({(labels or {}).get('run_id') or (labels or {}).get('by') or 'requested'})")
+    try:
+        # Step 3: nothing in flight.
+        await_quiet(coord, timeout_s, on_wait=on_wait, sleep=sleep)
+    except BaseException:
+        if not was_stopped:
+            coord.resume()
+        raise
+    # Step 4: re-base (it also resumes triggering).
+    return apply_restore(target, request, labels)
