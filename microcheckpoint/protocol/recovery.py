@@ -24,7 +24,7 @@ from microcheckpoint.config import BarrierPolicy
 from microcheckpoint.errors import CheckpointNotFound, CommitConflict, ConfigError
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
-from microcheckpoint.protocol.records import CheckpointMetadata
+from microcheckpoint.protocol.records import AbortReason, CheckpointMetadata
 from microcheckpoint.protocol.source import (
     SourceOffsets,
     group_committer,
@@ -218,7 +218,7 @@ def complete_checkpoint(
 
     Raises:
         CheckpointNotFound: ``cid`` does not exist.
-        CheckpointExpired: ``cid`` is past its timeout (now aborted).
+        CheckpointExpired: ``cid`` is past its timeout (aborted as EXPIRED, now or before).
         AcksMissing: not every task has acknowledged yet (worth retrying).
         CommitConflict: ``cid`` was aborted.
     """
@@ -230,8 +230,9 @@ def complete_checkpoint(
             f"checkpoint {cid} of {coordinator.config.pipeline!r} does not exist in "
             f"{coordinator.store.url}"
         )
-    # Step 2: the strict timeout.
-    if record.status is CheckpointStatus.PENDING:
+    # Step 2: the strict timeout (the timeout sensor may have expired it at its deadline
+    # already: say so, not merely that it is aborted).
+    if record.status is CheckpointStatus.PENDING or record.abort_reason is AbortReason.EXPIRED:
         expired = coordinator.expire_if_late(cid)
         if expired is not None:
             raise expired

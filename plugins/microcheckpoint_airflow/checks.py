@@ -18,12 +18,12 @@ from microcheckpoint.errors import NotAligned
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.decider import Verdict
-from microcheckpoint.protocol.records import AbortReason
+from microcheckpoint.protocol.records import AbortReason, PendingRecord, read
 from microcheckpoint.protocol.recovery import alignment_wait
 from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.storage import open_store
 
-__all__ = ["AlignmentProbe", "Check", "CheckState", "KINDS", "run_check"]
+__all__ = ["AlignmentProbe", "Check", "CheckState", "KINDS", "deadline_checker", "run_check"]
 
 
 class CheckState(str, Enum):
@@ -107,6 +107,41 @@ def check_acks(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
             f"checkpoint {cid}: waiting for {len(missing)} ack(s): {sorted(map(str, missing))}",
         )
     return Check(CheckState.READY, f"checkpoint {cid}: all acks in")
+
+
+def check_deadline(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
+    """Checkpoint ``cid`` is decided within ``timeout`` of its trigger; at the deadline it is
+    aborted as EXPIRED here, so acks that arrive later are discarded (Flink's checkpoint
+    timeout, run beside the epoch task).
+
+    Reads ``_outcome`` (and ``_pending`` while undecided): two small reads per look.
+    READY: completed (or its completion claimed). WAIT: undecided, before the deadline.
+    FAIL: expired, by this check or another writer (the message of ``CheckpointExpired``).
+    SKIP: gone, or aborted for another reason (the task that aborted it says why).
+    """
+    assert cid is not None
+    outcome = coord.outcome(cid)
+    if outcome is None:
+        pending = read(coord.store, coord.layout.pending(cid), PendingRecord)
+        if pending is None:
+            return Check(CheckState.SKIP, f"checkpoint {cid} of {coord.config.pipeline!r} is gone")
+        left_ms = pending.trigger_time_ms + coord.config.timeout * 1000 - coord.now_ms()
+        if left_ms >= 0:
+            return Check(
+                CheckState.WAIT, f"checkpoint {cid}: {left_ms / 1000:.1f} s to its deadline"
+            )
+        late = expire_if_late(coord, cid)
+        if late is not None:
+            return late
+        outcome = coord.outcome(cid)  # it completed meanwhile
+    if outcome is not None and outcome.completed:
+        return Check(CheckState.READY, f"checkpoint {cid} completed within its timeout")
+    if outcome is not None and outcome.reason is AbortReason.EXPIRED:
+        late = expire_if_late(coord, cid)  # the error's message, for the task's failure
+        if late is not None:
+            return late
+    reason = "ABORTED" if outcome is None or outcome.reason is None else outcome.reason.value
+    return Check(CheckState.SKIP, f"checkpoint {cid} was aborted ({reason}): nothing to expire")
 
 
 def check_base_state(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
@@ -196,10 +231,18 @@ KINDS = {
     "min_pause": check_min_pause,
     "concurrency": check_concurrency,
     "acks": check_acks,
+    "deadline": check_deadline,
     "base_state": check_base_state,
     "quiet": check_quiet,
     "aligned": check_aligned,
 }
+
+
+def deadline_checker(config: dict[str, Any], store_options: dict[str, Any]) -> Any:
+    """``check_deadline`` for one pipeline as a function of the checkpoint id, with its
+    store opened once (it is polled every second)."""
+    coord = _coordinator(config, store_options)
+    return lambda checkpoint_id: check_deadline(coord, CheckpointId(int(checkpoint_id)))
 
 
 def run_check(

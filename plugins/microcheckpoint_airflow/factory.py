@@ -47,6 +47,7 @@ from microcheckpoint_airflow.sensors import (
     AlignmentSensor,
     AwaitAcksSensor,
     BaseStateSensor,
+    CheckpointTimeoutSensor,
     ConcurrencySensor,
     MinPauseSensor,
     QuietSensor,
@@ -229,6 +230,15 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             cid = CID_IN_EPOCH
             process, failing = _epoch_tasks(spec, spark, epoch, retention)
             gate_concurrency >> process
+            # The checkpoint timeout runs beside the epoch, in the triggerer only: it
+            # learns the id from the epoch task's XCom once the barrier is placed.
+            gate_concurrency >> CheckpointTimeoutSensor(
+                task_id="checkpoint_timeout",
+                spec=spec,
+                id_task="process_epoch",
+                id_key="checkpoint_id",
+                timeout=(timeout_s + 65) * (1 + TRIGGER_RETRY["retries"]) + 60,
+            )
         else:
             cid = CID
             trigger = TriggerCheckpointOperator(
@@ -237,6 +247,12 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             gate_concurrency >> trigger
             process, failing = _epoch_tasks(spec, spark, epoch, retention)
             failing.insert(0, trigger)
+            trigger >> CheckpointTimeoutSensor(
+                task_id="checkpoint_timeout",
+                spec=spec,
+                id_task="trigger_checkpoint",
+                timeout=timeout_s + 60,
+            )
             if base_wait:
                 base = BaseStateSensor(
                     task_id="await_base_state", spec=spec, checkpoint_id=CID, timeout=timeout_s

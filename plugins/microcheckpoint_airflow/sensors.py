@@ -8,6 +8,8 @@ Each sensor checks once in the worker; only when it has to wait does it defer to
 - ``BaseStateSensor``: the checkpoint this epoch continues from has all its state.
 - ``AwaitAcksSensor``: every task acked, within ``timeout`` of the trigger; past it the
   checkpoint is aborted as EXPIRED and the task fails.
+- ``CheckpointTimeoutSensor``: beside the epoch task, the checkpoint is decided by its
+  deadline, or it is aborted as EXPIRED then (it starts and ends in the triggerer).
 - ``QuietSensor``: nothing in flight (savepoint with stop, restore).
 - ``AlignmentSensor``: a stage's input channels have the upstream's next barrier markers
   (by mode: all of them, one, or ``aligned_timeout`` passed), so the trigger cuts at once.
@@ -19,23 +21,26 @@ A pipeline stopped with a savepoint makes the gate sensors skip the run; failure
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.triggers.base import StartTriggerArgs
 
 from microcheckpoint_airflow.checks import AlignmentProbe, Check, CheckState, run_check
 from microcheckpoint_airflow.hooks import CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.run_conf import refuse_unknown_conf
 from microcheckpoint_airflow.spec import PipelineSpec
-from microcheckpoint_airflow.triggers import CheckpointConditionTrigger
+from microcheckpoint_airflow.triggers import CheckpointConditionTrigger, CheckpointDeadlineTrigger
 
 __all__ = [
     "AlignmentSensor",
     "AwaitAcksSensor",
     "BaseStateSensor",
     "CheckpointSensor",
+    "CheckpointTimeoutSensor",
     "ConcurrencySensor",
     "MinPauseSensor",
     "QuietSensor",
@@ -159,6 +164,76 @@ class AwaitAcksSensor(CheckpointSensor):
 
 class QuietSensor(CheckpointSensor):
     kind = "quiet"
+
+
+class CheckpointTimeoutSensor(BaseSensorOperator):
+    """Flink's checkpoint timeout, beside the epoch task (in parallel with it).
+
+    It starts and ends in the triggerer (``CheckpointDeadlineTrigger``): no worker process
+    per epoch. It waits for the checkpoint id that task ``id_task`` pushes to XCom (key
+    ``id_key``) when it places the barrier, then until the checkpoint is decided; at its
+    deadline (trigger time + ``timeout``) it aborts it as EXPIRED and fails, so acks that
+    arrive later are discarded and the epoch task fails with ``checkpoint N ... expired``.
+    Completed in time: success. No checkpoint, or aborted for another reason: skipped.
+
+    ``timeout`` (seconds) bounds the whole wait, the epoch task's retries before its
+    barrier included. Started in a worker instead (``airflow tasks test``), ``execute``
+    defers to the same trigger.
+    """
+
+    start_trigger_args = StartTriggerArgs(
+        trigger_cls="microcheckpoint_airflow.triggers.CheckpointDeadlineTrigger",
+        trigger_kwargs={},
+        next_method="execute_complete",
+        next_kwargs=None,
+        timeout=None,
+    )
+    start_from_trigger = True
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        spec: PipelineSpec,
+        id_task: str,
+        id_key: str = "return_value",
+        poke_interval: float = 1.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(poke_interval=poke_interval, **kwargs)
+        self.spec = spec
+        self.id_task = id_task
+        self.id_key = id_key
+        self.start_trigger_args = replace(
+            self.start_trigger_args,
+            trigger_kwargs=self.trigger_kwargs(),
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        return {
+            "config": self.spec.config_mapping,
+            "storage_conn_id": self.spec.storage_conn_id,
+            "id_task": self.id_task,
+            "id_key": self.id_key,
+            "poll_interval": self.poke_interval,
+        }
+
+    def poke(self, context: Any) -> bool:
+        raise NotImplementedError("CheckpointTimeoutSensor waits in the triggerer only")
+
+    def execute(self, context: Any) -> None:
+        self.defer(
+            trigger=CheckpointDeadlineTrigger(**self.trigger_kwargs()),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
+        # The trigger ends the task itself; only a timed-out wait comes back here.
+        raise AirflowFailException(
+            f"checkpoint_timeout: no answer within {self.timeout:g} s (event {event!r})"
+        )
 
 
 class AlignmentSensor(CheckpointSensor):

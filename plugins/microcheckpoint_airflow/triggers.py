@@ -12,11 +12,25 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import (
+    BaseTrigger,
+    TaskFailedEvent,
+    TaskSkippedEvent,
+    TaskSuccessEvent,
+    TriggerEvent,
+)
 
-from microcheckpoint_airflow.checks import AlignmentProbe, CheckState, run_check
+from microcheckpoint_airflow.checks import (
+    AlignmentProbe,
+    CheckState,
+    deadline_checker,
+    run_check,
+)
 
-__all__ = ["CheckpointConditionTrigger"]
+__all__ = ["CheckpointConditionTrigger", "CheckpointDeadlineTrigger"]
+
+# Task states after which a task pushes no more XCom.
+FINISHED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 
 
 class CheckpointConditionTrigger(BaseTrigger):
@@ -71,3 +85,107 @@ class CheckpointConditionTrigger(BaseTrigger):
         finally:
             if probe is not None:
                 await asyncio.to_thread(probe.close)
+
+
+class CheckpointDeadlineTrigger(BaseTrigger):
+    """The checkpoint timeout beside an epoch task; it ends its sensor's task itself.
+
+    Steps: 1. resolve the storage options from connection ``storage_conn_id`` (here, in the
+    triggerer: the kwargs come from the DAG and carry no secret); 2. wait for the id the
+    task ``id_task`` pushes to XCom (key ``id_key``) once it placed the barrier; when that
+    task ends without one, skip; 3. poll ``check_deadline`` every ``poll_interval`` until
+    the checkpoint is decided, aborting it as EXPIRED at its deadline.
+
+    Ends the task without a worker: success (completed in time), failure (expired: the
+    message is logged), skipped (no checkpoint, or aborted for another reason).
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        storage_conn_id: str,
+        id_task: str,
+        id_key: str = "return_value",
+        poll_interval: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.storage_conn_id = storage_conn_id
+        self.id_task = id_task
+        self.id_key = id_key
+        self.poll_interval = poll_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "microcheckpoint_airflow.triggers.CheckpointDeadlineTrigger",
+            {
+                "config": self.config,
+                "storage_conn_id": self.storage_conn_id,
+                "id_task": self.id_task,
+                "id_key": self.id_key,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    def store_options(self) -> dict[str, Any]:
+        from microcheckpoint_airflow.hooks import CheckpointStorageHook
+
+        return CheckpointStorageHook(self.storage_conn_id).store_options(self.config["storage"])
+
+    async def checkpoint_id(self) -> int | None:
+        """The id ``id_task`` pushed (None: not yet)."""
+        from airflow.sdk import BaseXCom
+
+        ti = self.task_instance
+        assert ti is not None
+        value = await BaseXCom.aget_one(
+            key=self.id_key, dag_id=ti.dag_id, task_id=self.id_task, run_id=ti.run_id, map_index=-1
+        )
+        return None if value in (None, "", "None") else int(value)
+
+    async def id_task_state(self) -> str | None:
+        """The state of ``id_task`` in this run (None: not known yet)."""
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        ti = self.task_instance
+        assert ti is not None
+        states = await asyncio.to_thread(
+            RuntimeTaskInstance.get_task_states,
+            dag_id=ti.dag_id,
+            task_ids=[self.id_task],
+            run_ids=[ti.run_id],
+        )
+        found = states.get(ti.run_id, {}).get(self.id_task)
+        return None if found is None else str(found)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        # Step 1
+        options = await asyncio.to_thread(self.store_options)
+        # Step 2
+        cid = await self.checkpoint_id()
+        while cid is None:
+            state = await self.id_task_state()
+            cid = await self.checkpoint_id()  # pushed just before the task ended?
+            if cid is None and state in FINISHED:
+                self.log.info("%s ended (%s) without a checkpoint", self.id_task, state)
+                yield TaskSkippedEvent()
+                return
+            if cid is None:
+                await asyncio.sleep(self.poll_interval)
+        # Step 3
+        check_deadline = await asyncio.to_thread(deadline_checker, self.config, options)
+        while True:
+            check = await asyncio.to_thread(check_deadline, cid)
+            if check.state is CheckState.WAIT:
+                await asyncio.sleep(self.poll_interval)
+                continue
+            if check.state is CheckState.READY:
+                self.log.info("%s", check.message)
+                yield TaskSuccessEvent()
+            elif check.state is CheckState.FAIL:
+                self.log.error("%s", check.message)
+                yield TaskFailedEvent()
+            else:
+                self.log.info("%s", check.message)
+                yield TaskSkippedEvent()
+            return

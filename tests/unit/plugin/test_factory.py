@@ -129,8 +129,10 @@ def test_roots_and_dag_ids() -> None:
 # Spark in the task (local, Connect): the epoch task triggers, completes and notifies itself.
 CHAIN = {
     "wait_min_pause": ([], ["wait_max_concurrent"]),
-    "wait_max_concurrent": (["wait_min_pause"], ["process_epoch"]),
+    "wait_max_concurrent": (["wait_min_pause"], ["checkpoint_timeout", "process_epoch"]),
     "process_epoch": (["wait_max_concurrent"], ["abort_on_failure", "retention"]),
+    # Beside the epoch: the checkpoint timeout, in the triggerer.
+    "checkpoint_timeout": (["wait_max_concurrent"], []),
     "retention": (["process_epoch"], []),
     "abort_on_failure": (["process_epoch"], []),
 }
@@ -139,7 +141,11 @@ CHAIN = {
 TRIGGER_CHAIN = {
     **CHAIN,
     "wait_max_concurrent": (["wait_min_pause"], ["trigger_checkpoint"]),
-    "trigger_checkpoint": (["wait_max_concurrent"], ["abort_on_failure", "process_epoch"]),
+    "trigger_checkpoint": (
+        ["wait_max_concurrent"],
+        ["abort_on_failure", "checkpoint_timeout", "process_epoch"],
+    ),
+    "checkpoint_timeout": (["trigger_checkpoint"], []),
     "process_epoch": (["trigger_checkpoint"], ["abort_on_failure", "retention"]),
     "abort_on_failure": (["process_epoch", "trigger_checkpoint"], []),
 }
@@ -181,6 +187,18 @@ def test_pipeline_dag_chain_with_one_checkpoint_in_flight() -> None:
     assert (process.trigger, process.checkpoint_id) == (True, None)
     assert dag.get_task("abort_on_failure").checkpoint_id == CID_IN_EPOCH
     assert (process.retries, process.retry_delay) == (3, timedelta(seconds=5))
+    # The timeout sensor starts and ends in the triggerer; its kwargs carry no secret, and
+    # its wait covers the epoch task's four tries before a barrier: 4 * (120 + 65) + 60 s.
+    sensor = dag.get_task("checkpoint_timeout")
+    assert (sensor.start_from_trigger, sensor.timeout) == (True, 800.0)
+    assert sensor.start_trigger_args.trigger_kwargs == {
+        "config": make_spec().config_mapping,
+        "storage_conn_id": "microcheckpoint_storage",
+        "id_task": "process_epoch",
+        "id_key": "checkpoint_id",
+        "poll_interval": 1.0,
+    }
+    assert sensor.start_trigger_args.timeout == timedelta(seconds=800)
 
 
 def test_spark_submit_epochs_await_acks_then_complete_and_notify() -> None:
@@ -189,6 +207,12 @@ def test_spark_submit_epochs_await_acks_then_complete_and_notify() -> None:
     for task_id in ("process_epoch", "await_acks", "complete_checkpoint", "notify_checkpoint"):
         assert dag.get_task(task_id).checkpoint_id == CID
     assert dag.get_task("await_acks").timeout == 180.0  # timeout + 60 s
+    sensor = dag.get_task("checkpoint_timeout")
+    assert (sensor.id_task, sensor.id_key, sensor.timeout) == (
+        "trigger_checkpoint",
+        "return_value",
+        180.0,
+    )
     notify = dag.get_task("notify_checkpoint")
     assert (notify.retries, notify.retry_delay) == (5, timedelta(seconds=10))
 
@@ -199,7 +223,7 @@ def test_pipeline_dag_with_two_checkpoints_in_flight_awaits_the_base_state() -> 
     expected = dict(TRIGGER_CHAIN)
     expected["trigger_checkpoint"] = (
         ["wait_max_concurrent"],
-        ["abort_on_failure", "await_base_state"],
+        ["abort_on_failure", "await_base_state", "checkpoint_timeout"],
     )
     expected["await_base_state"] = (["trigger_checkpoint"], ["abort_on_failure", "process_epoch"])
     expected["process_epoch"] = (["await_base_state"], ["abort_on_failure", "retention"])
@@ -452,8 +476,10 @@ def test_a_stage_waits_deferred_for_aligned_inputs_before_its_epoch() -> None:
     for spark in (LocalSpark(), SparkSubmit()):
         dag = pipeline_dags(stage, start_date=START, spark=spark)["totals_pipeline"]
         graph = edges(dag)
-        after = "trigger_checkpoint" if isinstance(spark, SparkSubmit) else "process_epoch"
-        assert graph["wait_aligned"] == (["wait_max_concurrent"], [after])
+        after = ["trigger_checkpoint"]
+        if not isinstance(spark, SparkSubmit):
+            after = ["checkpoint_timeout", "process_epoch"]
+        assert graph["wait_aligned"] == (["wait_max_concurrent"], after)
         sensor = dag.get_task("wait_aligned")
         assert type(sensor).__name__ == "AlignmentSensor" and sensor.deferrable
         assert sensor.timeout == 120 + 60  # the checkpoint timeout fails it first, by name

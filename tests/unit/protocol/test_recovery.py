@@ -250,8 +250,14 @@ def test_complete_past_the_timeout_expires_and_complete_of_an_aborted_one_confli
     with pytest.raises(CheckpointExpired, match=r"expired: not complete within timeout=60\.0s"):
         recovery.complete_checkpoint(coord, C1)
     assert coord.view().records[C1].abort_reason is AbortReason.EXPIRED
-    with pytest.raises(CommitConflict, match="ABORTED, it cannot complete"):
+    # Again (the epoch task after the timeout sensor expired it): the expiry, by name.
+    with pytest.raises(CheckpointExpired, match=r"checkpoint 1 of 'pipe' expired: not complete"):
         recovery.complete_checkpoint(coord, C1)
+    # A checkpoint aborted for another reason conflicts.
+    start(h, coord, {TP0: 10})
+    coord.abort_declined(C2, "a task failed")
+    with pytest.raises(CommitConflict, match="checkpoint 2 is ABORTED, it cannot complete"):
+        recovery.complete_checkpoint(coord, C2)
 
 
 def test_a_failed_run_declines_its_checkpoint_and_stops_past_the_tolerance(h) -> None:
