@@ -32,6 +32,11 @@ from microcheckpoint.config import CheckpointConfig, CheckpointingMode
 from microcheckpoint.errors import NotAligned
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.markers import marker_of
+from microcheckpoint.protocol.records.alignment import (
+    AlignmentMode,
+    InflightChannel,
+    InputAlignment,
+)
 
 __all__ = ["ChannelMarker", "StageOffsets"]
 
@@ -103,9 +108,9 @@ class StageOffsets:
         starts: Mapping[TopicPartition, int],
         config: CheckpointConfig,
         waited_s: float = 0,
-    ) -> tuple[dict[TopicPartition, int], dict[str, Any]]:
+    ) -> tuple[dict[TopicPartition, int], InputAlignment]:
         """The ranges' ends for this stage's next checkpoint, and its alignment statistics
-        (Flink's names; milliseconds):
+        (an ``InputAlignment``; Flink's names; milliseconds):
 
         - ``mode``: ``aligned``, ``unaligned`` or ``at_least_once``; ``unaligned`` (bool),
           and ``switched`` when ``aligned_timeout`` made an aligned checkpoint unaligned;
@@ -131,7 +136,7 @@ class StageOffsets:
         started = time.monotonic() - waited_s
         tps = list(ends)
         if config.mode is CheckpointingMode.AT_LEAST_ONCE:
-            return dict(ends), {"mode": "at_least_once", "unaligned": False, "waited_ms": 0}
+            return dict(ends), InputAlignment(AlignmentMode.AT_LEAST_ONCE)
         unaligned = config.unaligned
         while True:
             waited = time.monotonic() - started
@@ -156,25 +161,25 @@ class StageOffsets:
             )
         times = [m.timestamp_ms for m in found.values()]
         cut = {tp: found[tp].offset + 1 if tp in found else ends[tp] for tp in tps}
-        stats = {
-            "mode": "unaligned" if unaligned else "aligned",
-            "unaligned": unaligned,
-            "epoch": epochs[0],
-            "upstream": self.upstream,
-            "topics": sorted({tp.topic for tp in tps}),
-            "channels": len(tps),
-            "alignment_duration_ms": max(times) - min(times),
-            "start_delay_ms": max(0, int(time.time() * 1000) - min(times)),
-            "waited_ms": int((time.monotonic() - started) * 1000),
-            "inflight": [
-                {"channel": str(tp), "from": ends[tp], "until_marker": epochs[0]}
+        stats = InputAlignment(
+            mode=AlignmentMode.UNALIGNED if unaligned else AlignmentMode.ALIGNED,
+            epoch=epochs[0],
+            upstream=self.upstream,
+            topics=tuple(sorted({tp.topic for tp in tps})),
+            channels=len(tps),
+            alignment_duration_ms=max(times) - min(times),
+            start_delay_ms=max(0, int(time.time() * 1000) - min(times)),
+            waited_ms=int((time.monotonic() - started) * 1000),
+            inflight=tuple(
+                InflightChannel(str(tp), ends[tp], epochs[0])
                 for tp in sorted(tps)
                 if tp not in found
-            ],
-            "persisted_inflight_bytes": 0,
-        }
-        if unaligned and not config.unaligned:
-            stats["switched"] = f"aligned_timeout {config.aligned_timeout:g} s"
+            ),
+            persisted_inflight_bytes=0,
+            switched=f"aligned_timeout {config.aligned_timeout:g} s"
+            if unaligned and not config.unaligned
+            else None,
+        )
         return cut, stats
 
     def probe(

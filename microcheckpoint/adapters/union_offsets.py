@@ -14,6 +14,8 @@ from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.ids import TopicPartition
+from microcheckpoint.protocol.records.alignment import FanInAlignment, InputAlignment
+from microcheckpoint.protocol.source import AlignsOnMarkers, ProbesAlignment
 
 __all__ = ["UnionOffsets"]
 
@@ -71,22 +73,23 @@ class UnionOffsets:
         starts: Mapping[TopicPartition, int],
         config: CheckpointConfig,
         waited_s: float = 0,
-    ) -> tuple[dict[TopicPartition, int], dict[str, Any]]:
+    ) -> tuple[dict[TopicPartition, int], FanInAlignment]:
         """Every input's ends (stage inputs aligned on their upstream's markers, see
-        ``StageOffsets.align``), and ``{"inputs": {uid: statistics}, "unaligned": any}``."""
+        ``StageOffsets.align``), and each stage input's alignment by its uid (a plain Kafka
+        input is read to its end and has none)."""
         cut: dict[TopicPartition, int] = {}
-        stats: dict[str, Any] = {}
+        stats: dict[str, InputAlignment] = {}
         for uid, (topics, port) in self.ports.items():
             mine = {tp: end for tp, end in ends.items() if tp.topic in topics}
-            if hasattr(port, "align"):
-                ends_of, stats[uid] = port.align(mine, starts, config, waited_s)
+            if isinstance(port, AlignsOnMarkers):
+                ends_of, alignment = port.align(mine, starts, config, waited_s)
+                if not isinstance(alignment, InputAlignment):
+                    raise TypeError(f"stage input {uid!r} is itself a fan-in; nest no unions")
+                stats[uid] = alignment
                 cut.update(ends_of)
             else:
                 cut.update(mine)
-        return cut, {
-            "inputs": stats,
-            "unaligned": any(s.get("unaligned") for s in stats.values()),
-        }
+        return cut, FanInAlignment(stats)
 
     def probe(
         self,
@@ -98,7 +101,7 @@ class UnionOffsets:
         """None when every stage input would cut now, else what the first one waits for
         (``StageOffsets.probe``)."""
         for topics, port in self.ports.values():
-            if hasattr(port, "probe"):
+            if isinstance(port, ProbesAlignment):
                 mine = {tp: end for tp, end in ends.items() if tp.topic in topics}
                 waiting = port.probe(mine, starts, config, waited_s)
                 if waiting is not None:

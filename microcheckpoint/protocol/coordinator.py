@@ -54,6 +54,8 @@ from microcheckpoint.protocol.records import (
     encode_metadata,
     read,
 )
+from microcheckpoint.protocol.records.alignment import Alignment
+from microcheckpoint.protocol.records.interval import DataInterval
 from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_retention
 from microcheckpoint.protocol.statistics import checkpoint_statistics
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
@@ -214,6 +216,8 @@ class CheckpointCoordinator:
         behind: str = "refuse",
         labels: Mapping[str, Any] | None = None,
         files: FilesOf | None = None,
+        data_interval: DataInterval | None = None,
+        alignment: Alignment | None = None,
     ) -> PendingCheckpoint:
         """Allocate checkpoint n and write its barrier.
 
@@ -239,6 +243,8 @@ class CheckpointCoordinator:
                 data interval), for the checkpoint history.
             files: names the files of a file-source partition's range (and checks the
                 folder's past is what the previous barrier read); kept in ``_pending``.
+            data_interval: the run's data interval (policy ``data_interval``).
+            alignment: a stage input's alignment, from its offsets port's ``align``.
         """
         # Step 1: the store keeps its put-if-absent promise (one GET after the first time).
         if not self._store_probed:
@@ -256,9 +262,10 @@ class CheckpointCoordinator:
         start = self.start_point(view)
         starts = dict(start.offsets)
         marker = view.restore_marker
+        restored_from = None
         if marker is not None and marker.covers(view.head):
             # The first checkpoint after a restore: the history counts restores by it.
-            labels = {**(labels or {}), "restored_from": marker.source}
+            restored_from = marker.source
         new = [tp for tp in end_offsets if tp not in starts]
         if new:
             if startup_offsets is None:
@@ -284,6 +291,9 @@ class CheckpointCoordinator:
                 writer=self.token,
                 labels=dict(labels or {}),
                 files=named,
+                data_interval=data_interval,
+                alignment=alignment,
+                restored_from=restored_from,
             )
             if write_once(self.store, self.layout.pending(cid), encode(record)) is WriteOutcome.OK:
                 break
@@ -509,7 +519,7 @@ class CheckpointCoordinator:
             statistics=checkpoint_statistics(
                 cid,
                 pending.acks,
-                record.labels,
+                record.alignment,
                 pending.trigger_time_ms,
                 completed_ms,
                 self.layout.chk(cid),

@@ -24,18 +24,19 @@ stopped (suspended, nothing in flight) until every marker is written.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from microcheckpoint.errors import RestoreError
+from microcheckpoint.errors import MetadataFormatError, RestoreError
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.records import ClaimMode, RestoreMarker
+from microcheckpoint.protocol.records import ClaimMode, RestoreMarker, decode, encode
+from microcheckpoint.protocol.records.alignment import AlignmentMode
+from microcheckpoint.protocol.records.global_savepoint import GlobalManifest, StageInput, StagePoint
 from microcheckpoint.protocol.recovery import notify_left_behind
 from microcheckpoint.protocol.savepoints import create_savepoint, read_savepoint, restore
 from microcheckpoint.protocol.source import SourceOffsets, source_partitions
@@ -60,27 +61,6 @@ VERSION = 1
 
 
 @dataclass(frozen=True)
-class StageInput:
-    """A stage input of a checkpoint: the upstream stage, the epoch its markers ended, the
-    internal topics."""
-
-    upstream: str
-    epoch: int
-    topics: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class StagePoint:
-    """One stage in a global savepoint: its checkpoint, its savepoint folder (relative to
-    the global savepoint's folder) and its stage inputs."""
-
-    pipeline: str
-    checkpoint_id: int
-    folder: str
-    inputs: tuple[StageInput, ...]
-
-
-@dataclass(frozen=True)
 class GlobalSavepoint:
     location: str
     store: ObjectStore
@@ -98,22 +78,26 @@ class GlobalSavepoint:
 
 
 def _inputs(view: PipelineView, cid: CheckpointId) -> tuple[StageInput, ...] | str:
-    """The stage inputs of checkpoint ``cid``, or why its cut is not aligned."""
-    alignment = view.metadata(cid).statistics.get("alignment")
+    """The stage inputs of checkpoint ``cid``, or why its cut is not aligned.
+
+    Read from its statistics' alignment, else from its ``_pending`` (both typed records);
+    a checkpoint without an alignment, or a fan-in of plain Kafka inputs only, has none.
+    """
+    statistics = view.metadata(cid).statistics
+    alignment = None if statistics is None else statistics.alignment
     if alignment is None and cid in view.records:
-        alignment = view.pending_record(cid).labels.get("alignment")
-    if not alignment:
+        alignment = view.pending_record(cid).alignment
+    if alignment is None:
         return ()  # no stage input: a first stage
-    parts = alignment["inputs"].values() if "inputs" in alignment else [alignment]
     inputs = []
-    for part in parts:
-        if part.get("mode") == "at_least_once":
+    for part in alignment.parts:
+        if part.mode is AlignmentMode.AT_LEAST_ONCE:
             return "at-least-once (no alignment)"
-        if part.get("inflight"):
+        if part.inflight:
             return "unaligned, with in-flight channel state"
-        if "upstream" not in part:
+        if part.upstream is None or part.epoch is None:
             return "taken before stage inputs recorded their upstream"
-        inputs.append(StageInput(part["upstream"], int(part["epoch"]), tuple(part["topics"])))
+        inputs.append(StageInput(part.upstream, part.epoch, part.topics))
     return tuple(inputs)
 
 
@@ -197,23 +181,7 @@ def create_global_savepoint(
         )
         folder = url.rstrip("/").rsplit("/", 2)
         points.append(StagePoint(name, cid, f"{folder[-2]}/{folder[-1]}", inputs))
-    body = {
-        "kind": "global-savepoint",
-        "version": VERSION,
-        "stages": [
-            {
-                "pipeline": p.pipeline,
-                "checkpoint_id": p.checkpoint_id,
-                "folder": p.folder,
-                "inputs": [
-                    {"upstream": i.upstream, "epoch": i.epoch, "topics": list(i.topics)}
-                    for i in p.inputs
-                ],
-            }
-            for p in points
-        ],
-    }
-    data = json.dumps(body, indent=1, sort_keys=True).encode()
+    data = encode(GlobalManifest(tuple(points)))
     if write_once(target, prefix + MANIFEST, data) is not WriteOutcome.OK:
         raise RestoreError(f"global savepoint {target.child_url(prefix)} already exists")
     location = target.child_url(prefix.rstrip("/"))
@@ -236,27 +204,13 @@ def read_global_savepoint(store: ObjectStore, prefix: str) -> GlobalSavepoint:
             "create_global_savepoint wrote"
         )
     try:
-        body = json.loads(obj.data)
-        if body.get("kind") != "global-savepoint" or body.get("version") != VERSION:
-            raise ValueError(f"kind {body.get('kind')!r}, version {body.get('version')!r}")
-        stages = tuple(
-            StagePoint(
-                s["pipeline"],
-                int(s["checkpoint_id"]),
-                s["folder"],
-                tuple(
-                    StageInput(i["upstream"], int(i["epoch"]), tuple(i["topics"]))
-                    for i in s["inputs"]
-                ),
-            )
-            for s in body["stages"]
-        )
-    except (ValueError, KeyError, TypeError) as exc:
+        manifest = decode(GlobalManifest, obj.data, store.child_url(prefix + MANIFEST))
+    except MetadataFormatError as exc:
         raise RestoreError(
             f"{location}/{MANIFEST} is not a global savepoint manifest of version {VERSION} "
             f"({exc}); it may be corrupt"
         ) from exc
-    return GlobalSavepoint(location, store, prefix, stages)
+    return GlobalSavepoint(location, store, prefix, manifest.stages)
 
 
 @dataclass(frozen=True)

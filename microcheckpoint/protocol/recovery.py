@@ -25,7 +25,13 @@ from microcheckpoint.errors import CheckpointNotFound, CommitConflict, ConfigErr
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.records import AbortReason, CheckpointMetadata
+from microcheckpoint.protocol.records.alignment import Alignment
+from microcheckpoint.protocol.records.interval import DataInterval
 from microcheckpoint.protocol.source import (
+    AlignsOnMarkers,
+    LimitsEnds,
+    NamesFiles,
+    ProbesAlignment,
     SourceOffsets,
     group_committer,
     source_partitions,
@@ -131,6 +137,8 @@ def start_epoch(
     tps = source_partitions(offsets, topics)
     labels = dict(labels or {})
     behind = "refuse"
+    data_interval: DataInterval | None = None
+    alignment: Alignment | None = None
     if config.barrier_policy is BarrierPolicy.DATA_INTERVAL:
         if interval is None:
             raise ConfigError(
@@ -141,25 +149,25 @@ def start_epoch(
             )
         start, end = interval
         ends = offsets.offsets_for_times(tps, int(end.timestamp() * 1000))
-        labels["data_interval"] = [start.isoformat(), end.isoformat()]
+        data_interval = DataInterval(start, end)
         _warn_if_not_contiguous(coordinator, view, start)
         behind = "empty"
     else:
         ends = offsets.end_offsets(tps)
-    align = getattr(offsets, "align", None)  # a stage input waits for the upstream's markers
-    limit = getattr(offsets, "limit_ends", None)  # a file source caps and orders its ranges
-    if align is not None:
+    if isinstance(offsets, AlignsOnMarkers):  # a stage input waits for the upstream's markers
         starts = coordinator.start_point(view).offsets
-        ends, labels["alignment"] = align(ends, starts, config, aligned_waited_s)
-    elif limit is not None:
-        ends = limit(ends, coordinator.start_point(view).offsets)
+        ends, alignment = offsets.align(ends, starts, config, aligned_waited_s)
+    elif isinstance(offsets, LimitsEnds):  # a file source caps and orders its ranges
+        ends = offsets.limit_ends(ends, coordinator.start_point(view).offsets)
     pending = coordinator.trigger(
         expected(parallelism(view, default_parallelism)),
         ends,
         lambda new: startup_offsets(offsets, config, new),
         behind=behind,
         labels=labels,
-        files=getattr(offsets, "files_of", None),
+        files=offsets.files_of if isinstance(offsets, NamesFiles) else None,
+        data_interval=data_interval,
+        alignment=alignment,
     )
     return EpochStart(pending.checkpoint_id)
 
@@ -177,12 +185,11 @@ def alignment_wait(
         NotAligned: ``waited_s`` passed the checkpoint timeout with channels still missing
             their marker.
     """
-    probe = getattr(offsets, "probe", None)
-    if probe is None:
+    if not isinstance(offsets, ProbesAlignment):
         return None
     tps = source_partitions(offsets, topics)
     starts = coordinator.start_point(coordinator.view()).offsets
-    return probe(offsets.end_offsets(tps), starts, coordinator.config, waited_s)
+    return offsets.probe(offsets.end_offsets(tps), starts, coordinator.config, waited_s)
 
 
 def _warn_if_not_contiguous(
@@ -196,14 +203,14 @@ def _warn_if_not_contiguous(
     previous = coordinator.start_point(view).previous
     if previous is None:
         return
-    covered = (view.pending_record(previous).labels.get("data_interval") or [None, None])[1]
-    if covered and covered != start.isoformat():
+    covered = view.pending_record(previous).data_interval
+    if covered is not None and covered.end != start:
         log.warning(
             "data interval starts at %s but checkpoint %s covered up to %s: this epoch "
             "reads from the checkpointed offsets, including records before its interval",
             start.isoformat(),
             previous,
-            covered,
+            covered.end.isoformat(),
         )
 
 

@@ -17,9 +17,10 @@ Every metric also carries the tag ``pipeline`` for backends with tags.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
+
+from microcheckpoint.protocol.records.statistics import CheckpointStatistics
 
 __all__ = ["checkpoint_completed", "checkpoint_failed"]
 
@@ -37,34 +38,39 @@ def _name(pipeline: str, metric: str) -> str:
     return f"{PREFIX}.{pipeline}.{metric}"
 
 
-def checkpoint_completed(pipeline: str, statistics: Mapping[str, Any], records: int) -> None:
-    """The metrics of one completed checkpoint (its ``_metadata`` statistics)."""
+def checkpoint_completed(
+    pipeline: str, statistics: CheckpointStatistics | None, records: int
+) -> None:
+    """The metrics of one completed checkpoint (its ``_metadata`` statistics; None for a
+    checkpoint written without them: only the count and the records are sent)."""
     stats, tags = _stats(), {"pipeline": pipeline}
     try:
         stats.incr(_name(pipeline, "checkpoint_completed"), tags=tags)
-        duration = statistics.get("end_to_end_duration_ms")
-        if duration is not None:
-            stats.timing(
-                _name(pipeline, "checkpoint_duration"), timedelta(milliseconds=duration), tags=tags
-            )
-        for size in ("checkpointed_size", "full_size"):
-            if size in statistics:
-                stats.gauge(_name(pipeline, size), statistics[size], tags=tags)
         stats.gauge(_name(pipeline, "checkpoint_records"), records, tags=tags)
-        alignment = statistics.get("alignment") or {}
-        parts = list(alignment["inputs"].values()) if "inputs" in alignment else [alignment]
-        for part in (p for p in parts if p and "alignment_duration_ms" in p):
+        if statistics is None:
+            return
+        stats.timing(
+            _name(pipeline, "checkpoint_duration"),
+            timedelta(milliseconds=statistics.end_to_end_duration_ms),
+            tags=tags,
+        )
+        stats.gauge(_name(pipeline, "checkpointed_size"), statistics.checkpointed_size, tags=tags)
+        stats.gauge(_name(pipeline, "full_size"), statistics.full_size, tags=tags)
+        alignment = statistics.alignment
+        if alignment is None:
+            return
+        for part in alignment.parts:
+            if part.alignment_duration_ms is None:
+                continue  # at-least-once: no alignment to time
             stats.timing(
                 _name(pipeline, "alignment_duration"),
-                timedelta(milliseconds=part["alignment_duration_ms"]),
+                timedelta(milliseconds=part.alignment_duration_ms),
                 tags=tags,
             )
             stats.timing(
-                _name(pipeline, "alignment_wait"),
-                timedelta(milliseconds=part.get("waited_ms", 0)),
-                tags=tags,
+                _name(pipeline, "alignment_wait"), timedelta(milliseconds=part.waited_ms), tags=tags
             )
-        if alignment.get("unaligned"):
+        if alignment.unaligned:
             stats.incr(_name(pipeline, "checkpoint_unaligned"), tags=tags)
     except Exception as exc:  # a metrics backend must never fail a checkpoint
         log.warning("checkpoint metrics of %s not sent: %s", pipeline, exc)

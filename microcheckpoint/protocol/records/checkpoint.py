@@ -10,8 +10,10 @@ from typing import Any, ClassVar
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
+from microcheckpoint.protocol.records.alignment import Alignment, alignment_from_json
 from microcheckpoint.protocol.records.codec import id_or_none
 from microcheckpoint.protocol.records.handles import StateHandle
+from microcheckpoint.protocol.records.interval import DataInterval
 
 __all__ = [
     "AbortReason",
@@ -49,8 +51,13 @@ class PendingRecord:
 
     ``base`` is the checkpoint whose state and offsets n continues from (None after a
     restore, or for the first checkpoint). ``labels`` are JSON-able facts for the history
-    (the Airflow run, its data interval). ``writer`` makes the bytes unique per writer.
-    ``files`` names, per file-source partition, the files of its barrier range, in order.
+    (the Airflow run). ``writer`` makes the bytes unique per writer. ``files`` names, per
+    file-source partition, the files of its barrier range, in order.
+
+    Three facts are typed: ``data_interval`` (policy ``data_interval``), ``alignment`` (a
+    stage input's) and ``restored_from`` (the first checkpoint after a restore: the point's
+    URL). They are stored among the labels under those names, as they always were, so
+    ``labels`` may not hold those names itself (ValueError).
     """
 
     kind: ClassVar[str] = "_pending"
@@ -64,6 +71,30 @@ class PendingRecord:
     writer: str = ""
     labels: Mapping[str, Any] = field(default_factory=dict)
     files: Mapping[TopicPartition, tuple[str, ...]] = field(default_factory=dict)
+    data_interval: DataInterval | None = None
+    alignment: Alignment | None = None
+    restored_from: str | None = None
+
+    TYPED_LABELS: ClassVar[tuple[str, ...]] = ("data_interval", "alignment", "restored_from")
+
+    def __post_init__(self) -> None:
+        typed = sorted(set(self.labels) & set(self.TYPED_LABELS))
+        if typed:
+            raise ValueError(
+                f"labels {typed} of checkpoint {self.checkpoint_id} are typed fields: pass "
+                "them as data_interval=, alignment= or restored_from="
+            )
+
+    def labels_json(self) -> dict[str, Any]:
+        """The labels as stored and shown: the free ones and the typed facts that are set."""
+        out = dict(self.labels)
+        if self.data_interval is not None:
+            out["data_interval"] = self.data_interval.to_json()
+        if self.alignment is not None:
+            out["alignment"] = self.alignment.to_json()
+        if self.restored_from is not None:
+            out["restored_from"] = self.restored_from
+        return out
 
     def to_json(self) -> dict[str, Any]:
         body = {
@@ -74,7 +105,7 @@ class PendingRecord:
             "expected": sorted(str(t) for t in self.expected),
             "base": None if self.base is None else self.base.value,
             "writer": self.writer,
-            "labels": dict(self.labels),
+            "labels": self.labels_json(),
         }
         if self.files:
             body["files"] = {str(tp): list(names) for tp, names in sorted(self.files.items())}
@@ -82,6 +113,9 @@ class PendingRecord:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> PendingRecord:
+        labels = dict(body.get("labels") or {})
+        interval, alignment = labels.pop("data_interval", None), labels.pop("alignment", None)
+        restored_from = labels.pop("restored_from", None)
         return cls(
             pipeline=str(body["pipeline"]),
             checkpoint_id=CheckpointId(int(body["checkpoint_id"])),
@@ -90,11 +124,14 @@ class PendingRecord:
             expected=frozenset(TaskId.parse(t) for t in body["expected"]),
             base=id_or_none(body.get("base")),
             writer=str(body.get("writer", "")),
-            labels=dict(body.get("labels") or {}),
+            labels=labels,
             files={
                 TopicPartition.parse(tp): tuple(str(n) for n in names)
                 for tp, names in (body.get("files") or {}).items()
             },
+            data_interval=None if not interval else DataInterval.from_json(interval),
+            alignment=None if not alignment else alignment_from_json(alignment),
+            restored_from=None if restored_from is None else str(restored_from),
         )
 
 

@@ -16,6 +16,7 @@ from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records.checkpoint import Ack
 from microcheckpoint.protocol.records.handles import StateHandle
+from microcheckpoint.protocol.records.statistics import CheckpointStatistics
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = [
@@ -51,9 +52,9 @@ class CheckpointMetadata:
     relative: bool = False
     base: int | None = None
     writer: str = ""
-    # Flink's checkpoint statistics (``protocol.statistics``); empty in savepoints and in
-    # checkpoints written before statistics existed.
-    statistics: Mapping[str, Any] = field(default_factory=dict)
+    # Flink's checkpoint statistics (``protocol.statistics``); None in savepoints and in
+    # checkpoints written before statistics existed (stored as ``{}``).
+    statistics: CheckpointStatistics | None = None
     # Facts for people about this copy, e.g. a savepoint's ``created_ms`` and the Airflow
     # run that took it (``dag_id``, ``run_id``); empty in checkpoints.
     labels: Mapping[str, Any] = field(default_factory=dict)
@@ -95,7 +96,7 @@ def encode_metadata(meta: CheckpointMetadata) -> bytes:
         "relative": meta.relative,
         "base": meta.base,
         "writer": meta.writer,
-        "statistics": dict(meta.statistics),
+        "statistics": {} if meta.statistics is None else meta.statistics.to_json(),
     }
     if meta.labels:
         body["labels"] = dict(meta.labels)
@@ -141,7 +142,7 @@ def decode_metadata(data: bytes, source: str) -> CheckpointMetadata:
             relative=bool(body.get("relative", False)),
             base=body.get("base"),
             writer=str(body.get("writer", "")),
-            statistics=dict(body.get("statistics") or {}),
+            statistics=CheckpointStatistics.from_json(body.get("statistics") or {}),
             labels=dict(body.get("labels") or {}),
         )
     except (KeyError, TypeError, ValueError, AttributeError, MetadataFormatError) as exc:

@@ -52,7 +52,7 @@ def test_a_completed_and_a_failed_checkpoint_send_their_metrics(tmp_path, statsd
     done = CompleteCheckpointOperator(task_id="c", spec=spec, checkpoint_id="1").execute(CONTEXT)
     got = received(statsd_server, 5)
     meta = coord.view().metadata(cid)
-    size = meta.statistics["checkpointed_size"]
+    size = meta.statistics.checkpointed_size
     assert size > 0 and done["records"] == 10
     assert got == {
         "airflow.microcheckpoint.pipe.checkpoint_completed": "1|c",
@@ -60,12 +60,12 @@ def test_a_completed_and_a_failed_checkpoint_send_their_metrics(tmp_path, statsd
             "airflow.microcheckpoint.pipe.checkpoint_duration"
         ],
         "airflow.microcheckpoint.pipe.checkpointed_size": f"{size}|g",
-        "airflow.microcheckpoint.pipe.full_size": f"{meta.statistics['full_size']}|g",
+        "airflow.microcheckpoint.pipe.full_size": f"{meta.statistics.full_size}|g",
         "airflow.microcheckpoint.pipe.checkpoint_records": "10|g",
     }
     duration = got["airflow.microcheckpoint.pipe.checkpoint_duration"]
     assert duration.endswith("|ms")
-    assert float(duration[:-3]) == pytest.approx(meta.statistics["end_to_end_duration_ms"])
+    assert float(duration[:-3]) == pytest.approx(meta.statistics.end_to_end_duration_ms)
     # A failed checkpoint: counted, and by its reason.
     env.trigger(coord, {TP0: 20})
     AbortCheckpointOperator(task_id="a", spec=spec, checkpoint_id="2").execute(CONTEXT)
@@ -76,14 +76,12 @@ def test_a_completed_and_a_failed_checkpoint_send_their_metrics(tmp_path, statsd
 
 
 def test_a_stage_checkpoint_sends_its_alignment(statsd_server) -> None:
+    from microcheckpoint.protocol.records.alignment import AlignmentMode, InputAlignment
+    from microcheckpoint.protocol.records.statistics import CheckpointStatistics
     from microcheckpoint_airflow import metrics
 
-    statistics = {
-        "end_to_end_duration_ms": 900,
-        "checkpointed_size": 10,
-        "full_size": 30,
-        "alignment": {"alignment_duration_ms": 1500, "waited_ms": 1200, "unaligned": True},
-    }
+    alignment = InputAlignment(AlignmentMode.UNALIGNED, waited_ms=1200, alignment_duration_ms=1500)
+    statistics = CheckpointStatistics(3, 900, 10, 30, alignment)
     metrics.checkpoint_completed("hot", statistics, 7)
     got = received(statsd_server, 8)
     assert {k.removeprefix("airflow.microcheckpoint.hot."): v for k, v in got.items()} == {

@@ -18,6 +18,11 @@ from microcheckpoint.protocol.global_savepoints import (
     restore_global,
 )
 from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.records.alignment import (
+    AlignmentMode,
+    InflightChannel,
+    InputAlignment,
+)
 from microcheckpoint.protocol.view import scan
 from microcheckpoint.storage import FileStore
 from tests.unit.protocol.test_recovery import MemoryOffsets
@@ -32,10 +37,11 @@ def coordinator(store: FileStore, name: str) -> CheckpointCoordinator:
     return CheckpointCoordinator(store, config)
 
 
-def checkpoint(coord: CheckpointCoordinator, ends: dict, alignment: dict | None = None) -> int:
-    """One completed, notified checkpoint with a state file and the given alignment label."""
-    labels = {"alignment": alignment} if alignment else {}
-    pending = coord.trigger([SRC], ends, lambda tps: dict.fromkeys(tps, 0), labels=labels)
+def checkpoint(
+    coord: CheckpointCoordinator, ends: dict, alignment: InputAlignment | None = None
+) -> int:
+    """One completed, notified checkpoint with a state file and the given alignment."""
+    pending = coord.trigger([SRC], ends, lambda tps: dict.fromkeys(tps, 0), alignment=alignment)
     cid = pending.checkpoint_id
     from microcheckpoint.protocol.records import Ack
     from microcheckpoint.state.handles import StateHandle
@@ -48,16 +54,11 @@ def checkpoint(coord: CheckpointCoordinator, ends: dict, alignment: dict | None 
     return cid.value
 
 
-def aligned(epoch: int, **more) -> dict:
-    return {
-        "mode": "aligned",
-        "unaligned": False,
-        "epoch": epoch,
-        "upstream": "up",
-        "topics": ["mid"],
-        "inflight": [],
-        **more,
-    }
+def aligned(epoch: int, **more) -> InputAlignment:
+    return InputAlignment(
+        **{"mode": AlignmentMode.ALIGNED, "epoch": epoch, "upstream": "up", "topics": ("mid",)}
+        | more
+    )
 
 
 @pytest.fixture
@@ -68,8 +69,7 @@ def stages(tmp_path):
         checkpoint(up, {IN: end})
     checkpoint(down, {m: 2 for m in MID}, aligned(1))
     checkpoint(down, {m: 5 for m in MID}, aligned(2))
-    unaligned = aligned(3, mode="unaligned", unaligned=True)
-    unaligned["inflight"] = [{"channel": "mid:1", "from": 6, "until_marker": 3}]
+    unaligned = aligned(3, mode=AlignmentMode.UNALIGNED, inflight=(InflightChannel("mid:1", 6, 3),))
     checkpoint(down, {MID[0]: 8, MID[1]: 6}, unaligned)
     return store, up, down
 
@@ -83,7 +83,7 @@ def test_the_newest_aligned_cut_passes_over_an_unaligned_checkpoint(stages) -> N
 def test_no_cut_names_what_each_candidate_lacked(stages, tmp_path) -> None:
     store, _, down = stages
     checkpoint(down, {m: 9 for m in MID}, aligned(9))  # an epoch `up` never completed
-    at_least_once = {"mode": "at_least_once", "unaligned": False, "waited_ms": 0}
+    at_least_once = InputAlignment(AlignmentMode.AT_LEAST_ONCE)
     checkpoint(down, {m: 10 for m in MID}, at_least_once)
     cut = choose_cut({"up": store, "down": store})
     assert cut["down"][0] == 2  # still the newest aligned one

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.history import checkpoint_history
 from microcheckpoint.protocol.records import AbortReason
+from microcheckpoint.protocol.records.interval import DataInterval
 from microcheckpoint.protocol.savepoints import ClaimMode, choose_restore, create_savepoint, restore
 from tests.unit.conftest import AGG, SRC, TP0, TP1
 
@@ -17,9 +20,8 @@ def test_rows_for_completed_aborted_and_pending_checkpoints(h) -> None:
     h.t[0] = 1050.0
     assert coord.abort_expired() == [p2.checkpoint_id]  # 2: EXPIRED at t=1050
     h.t[0] = 1060.0
-    coord.trigger(
-        (SRC, AGG), {TP0: 20, TP1: 6}, labels={"run_id": "r3", "data_interval": ["a", "b"]}
-    )
+    interval = DataInterval(datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC))
+    coord.trigger((SRC, AGG), {TP0: 20, TP1: 6}, labels={"run_id": "r3"}, data_interval=interval)
 
     history = checkpoint_history(h.store, "pipe")
     rows = history["checkpoints"]
@@ -39,7 +41,10 @@ def test_rows_for_completed_aborted_and_pending_checkpoints(h) -> None:
     assert second["ranges"] == {"events:0": [10, 15], "events:1": [4, 4]}
     assert third["status"] == "PENDING"
     assert third["ranges"] == {"events:0": [10, 20], "events:1": [4, 6]}  # re-reads 2's range
-    assert third["labels"]["data_interval"] == ["a", "b"]
+    assert third["labels"]["data_interval"] == [
+        "2026-01-01T00:00:00+00:00",
+        "2026-01-02T00:00:00+00:00",
+    ]
     assert "end_time_ms" not in third and "duration_ms" not in third
     assert history["latest_completed"] == 1
     assert history["stopped"] is None

@@ -21,6 +21,8 @@ from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol import recovery, savepoints
 from microcheckpoint.protocol.barrier import OffsetRange
 from microcheckpoint.protocol.records import AbortReason, OutcomeRecord, encode
+from microcheckpoint.protocol.records.alignment import AlignmentMode, InputAlignment
+from microcheckpoint.protocol.records.interval import DataInterval
 from microcheckpoint.protocol.source import source_partitions, startup_offsets
 from microcheckpoint.protocol.view import CheckpointStatus
 from tests.unit.protocol.helpers import C1, C2, C3, SRC, TP0, TP1, ack_all, start, status
@@ -139,10 +141,16 @@ def test_policy_data_interval_reads_up_to_the_interval_end_and_labels_it(h) -> N
     kafka = MemoryOffsets({TP0: 50}, {end_ms: {TP0: 12}})
     begin(coord, kafka, interval=(T0, T1), labels={"run_id": "r1"})
     assert coord.barrier(C1).ranges == {TP0: OffsetRange(0, 12)}
-    assert coord.view().pending_record(C1).labels == {
+    pending = coord.view().pending_record(C1)
+    assert pending.labels == {"run_id": "r1"}
+    assert pending.data_interval == DataInterval(T0, T1)
+    assert pending.labels_json() == {
         "run_id": "r1",
         "data_interval": [T0.isoformat(), T1.isoformat()],
     }
+
+
+ALIGNED_3 = InputAlignment(AlignmentMode.ALIGNED, epoch=3, upstream="up", topics=("events",))
 
 
 class AligningOffsets(MemoryOffsets):
@@ -157,7 +165,7 @@ class AligningOffsets(MemoryOffsets):
         self.asked.append((dict(ends), dict(starts), config.timeout, waited_s))
         if any(m is None for m in self.markers.values()):
             raise NotAligned("channels events:1 have no barrier marker")
-        return {tp: m + 1 for tp, m in self.markers.items()}, {"epoch": 3, "unaligned": False}
+        return {tp: m + 1 for tp, m in self.markers.items()}, ALIGNED_3
 
 
 def test_a_stage_input_triggers_up_to_the_markers_and_records_the_alignment(h) -> None:
@@ -166,9 +174,16 @@ def test_a_stage_input_triggers_up_to_the_markers_and_records_the_alignment(h) -
     begin(coord, kafka, labels={"run_id": "r1"}, aligned_waited_s=4.5)
     assert kafka.asked == [({TP0: 10, TP1: 8}, {}, 90.0, 4.5)]
     assert coord.barrier(C1).ranges == {TP0: OffsetRange(0, 5), TP1: OffsetRange(0, 7)}
-    assert coord.view().pending_record(C1).labels == {
-        "run_id": "r1",
-        "alignment": {"epoch": 3, "unaligned": False},
+    pending = coord.view().pending_record(C1)
+    assert (pending.labels, pending.alignment) == ({"run_id": "r1"}, ALIGNED_3)
+    assert pending.labels_json()["alignment"] == {
+        "mode": "aligned",
+        "unaligned": False,
+        "waited_ms": 0,
+        "epoch": 3,
+        "upstream": "up",
+        "topics": ["events"],
+        "inflight": [],
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -25,6 +26,14 @@ from microcheckpoint.protocol.records import (
     encode,
     read,
 )
+from microcheckpoint.protocol.records.alignment import (
+    AlignmentMode,
+    FanInAlignment,
+    InflightChannel,
+    InputAlignment,
+)
+from microcheckpoint.protocol.records.global_savepoint import GlobalManifest, StageInput, StagePoint
+from microcheckpoint.protocol.records.interval import DataInterval
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.file import FileStore
 
@@ -41,7 +50,11 @@ RECORDS = [
         expected=frozenset({SRC, AGG}),
         base=CheckpointId(2),
         writer="w",
-        labels={"run_id": "scheduled__x", "data_interval": ["a", "b"]},
+        labels={"run_id": "scheduled__x"},
+        data_interval=DataInterval(
+            datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 1, tzinfo=UTC)
+        ),
+        restored_from="s3://b/pipe/savepoints/sp",
     ),
     PendingRecord("pipe", CheckpointId(1), Barrier({}), 5, frozenset({SRC})),
     AttemptRecord(2, "w", 7),
@@ -74,6 +87,37 @@ RECORDS = [
         6,
         frozenset({SRC}),
         files={TopicPartition("files.src", 0): ("day-03.parquet", "day-04.parquet")},
+    ),
+    PendingRecord(
+        "down",
+        CheckpointId(5),
+        Barrier({TopicPartition("mid", 0): OffsetRange(2, 4)}),
+        7,
+        frozenset({SRC}),
+        alignment=FanInAlignment(
+            {
+                "a": InputAlignment(
+                    AlignmentMode.UNALIGNED,
+                    12,
+                    4,
+                    "up",
+                    ("mid",),
+                    2,
+                    3,
+                    40,
+                    (InflightChannel("mid:1", 6, 4),),
+                    0,
+                    "aligned_timeout 1 s",
+                ),
+                "b": InputAlignment(AlignmentMode.AT_LEAST_ONCE),
+            }
+        ),
+    ),
+    GlobalManifest(
+        (
+            StagePoint("up", 2, "up/savepoint-2", ()),
+            StagePoint("down", 2, "down/savepoint-2", (StageInput("up", 2, ("mid",)),)),
+        )
     ),
 ]
 
@@ -151,3 +195,18 @@ def test_a_restore_marker_covers_the_checkpoints_before_it() -> None:
     assert marker.covers(None) and marker.covers(CheckpointId(4))
     assert not marker.covers(CheckpointId(5))
     assert RECORDS[8].first_snapshot_full is False
+
+
+def test_typed_labels_are_stored_among_the_labels_and_refused_as_free_labels() -> None:
+    body = RECORDS[0].to_json()
+    assert body["labels"] == {
+        "run_id": "scheduled__x",
+        "data_interval": ["2026-01-01T00:00:00+00:00", "2026-01-01T01:00:00+00:00"],
+        "restored_from": "s3://b/pipe/savepoints/sp",
+    }
+    with pytest.raises(ValueError) as caught:
+        PendingRecord("p", CheckpointId(1), Barrier({}), 5, frozenset(), labels={"alignment": {}})
+    assert str(caught.value) == (
+        "labels ['alignment'] of checkpoint 1 are typed fields: pass them as data_interval=, "
+        "alignment= or restored_from="
+    )
