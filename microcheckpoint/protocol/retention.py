@@ -3,7 +3,13 @@
 Reference counting: a state file may be referenced by several completed checkpoints
 (incremental snapshots reuse unchanged key groups). A file is deleted only when no
 retained checkpoint, no in-flight checkpoint's ack and no active restore references it
-(I5). Savepoints live under ``savepoints/`` and are never touched here.
+(I5).
+
+Savepoints are never touched here, with one exception, Flink's claim mode: a savepoint the
+pipeline was restored from with ``CLAIM`` belongs to the pipeline from then on. It counts
+as the oldest retained checkpoint: once ``retained`` checkpoints completed after the restore
+and none of the retained or in-flight ones references any of its files, it is deleted
+(``claimed_folder``). With ``NO_CLAIM`` the restored point is never touched.
 """
 
 from __future__ import annotations
@@ -13,11 +19,11 @@ from collections import Counter
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol import layout as names
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.records import Ack, read
+from microcheckpoint.protocol.records import Ack, ClaimMode, read
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["cleanup_checkpoint", "enforce_retention", "reference_counts"]
+__all__ = ["claimed_folder", "cleanup_checkpoint", "enforce_retention", "reference_counts"]
 
 
 def _is_protocol(name: str) -> bool:
@@ -82,6 +88,30 @@ def _all_acks(view: PipelineView, cid: CheckpointId) -> list[Ack]:
     return found
 
 
+def claimed_folder(view: PipelineView, retained: int, refs: Counter[str]) -> str | None:
+    """The folder of the savepoint restored with ``CLAIM`` that retention deletes now, if any.
+
+    The point counts as the oldest retained checkpoint (Flink's CLAIM): it goes once
+    ``retained`` checkpoints completed after the restore and ``refs`` (what the retained and
+    in-flight checkpoints reference) counts none of its files. Only a savepoint folder inside
+    the pipeline's own folder qualifies (``<pipeline>/savepoints/…``, an imported copy):
+    a checkpoint of the pipeline is retention's in both modes anyway, and a folder elsewhere
+    (a chosen target, a stage of a global savepoint) may be shared, so it is left alone.
+    Returns None under ``NO_CLAIM``, while the restore is still needed, or while referenced.
+    """
+    marker = view.restore_marker
+    if marker is None or marker.claim_mode is not ClaimMode.CLAIM:
+        return None
+    folder = marker.prefix.rstrip("/") + "/"
+    own_folder = folder.startswith(view.layout.root) and marker.pipeline_checkpoint is None
+    if not own_folder or folder.startswith(view.layout.root + "chk-"):
+        return None
+    after = [c for c in view.completed if c.value > marker.after_id]
+    if len(after) < retained or any(refs[key] for key in marker.handle_keys):
+        return None
+    return folder
+
+
 def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list[CheckpointId]:
     """Drop completed checkpoints beyond the newest ``retained`` and old aborted ones.
 
@@ -90,7 +120,8 @@ def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list
     file nothing references; 3. in checkpoints that stay and are not in flight (kept completed ones,
     aborted ones kept as history), delete every file other than the protocol markers that
     nothing references (other attempts' state, acks folded into ``_metadata``, a zombie's
-    late writes). Returns the ids dropped.
+    late writes); 4. delete a savepoint restored with ``CLAIM`` once nothing needs it
+    (``claimed_folder``): its ``_metadata`` first, then its files. Returns the ids dropped.
     """
     view = scan(store, layout)
     # Step 1: what stays and what it references.
@@ -126,4 +157,10 @@ def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list
             for key in record.keys:
                 if not _is_protocol(key[len(prefix) :]) and refs[key] == 0:
                     store.delete(key)
+    # Step 4: a claimed savepoint goes whole: first it stops being restorable.
+    folder = claimed_folder(view, retained, refs)
+    if folder is not None:
+        store.delete(folder + names.METADATA)
+        for key in list(store.list(folder)):
+            store.delete(key)
     return dropped
