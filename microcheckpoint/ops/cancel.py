@@ -60,7 +60,7 @@ def cancel_pipeline(
 ) -> CancelRecord:
     """Cancel the pipeline; returns what was done (also stored as ``_cancelled``).
 
-    Steps: 1. check (a known pipeline, a valid policy); 2. stop triggering; 3. ``pause`` the
+    Steps: 1. check the policy; 2. stop triggering; 3. ``pause`` the
     scheduler (the Airflow DAG, when the edge can reach it); 4. abort every checkpoint in
     flight as CANCELLED (a running epoch's late acks are discarded and its task fails);
     5. by the policy, keep the completed checkpoints or delete every checkpoint's files;
@@ -68,10 +68,8 @@ def cancel_pipeline(
 
     Raises:
         ConfigError: an unknown policy.
-        CheckpointNotFound: nothing stored for this pipeline (a misspelt name).
     """
     # Step 1: check.
-    target.require_known()
     policy = cleanup_policy(target, cleanup)
     coord = target.coordinator()
     who = str((labels or {}).get("run_id") or (labels or {}).get("by") or "requested")

@@ -49,9 +49,7 @@ def load_pipeline(
         ) from exc
     target = getattr(found, attr, None)
     if target is None:
-        raise ConfigError(
-            "pipeline module", ref, f"module {module!r} has no attribute {attr!r}"
-        )
+        raise ConfigError("pipeline module", ref, f"module {module!r} has no attribute {attr!r}")
     if isinstance(target, Pipeline):
         if kwargs:
             raise ConfigError(
@@ -64,7 +62,9 @@ def load_pipeline(
         pipeline = target
     if not isinstance(pipeline, Pipeline):
         raise ConfigError(
-            "pipeline module", ref, f"a Pipeline or a function returning one, not {type(pipeline).__name__}"
+            "pipeline module",
+            ref,
+            f"a Pipeline or a function returning one, not {type(pipeline).__name__}",
         )
     if name is not None and pipeline.name != name:
         raise ConfigError(

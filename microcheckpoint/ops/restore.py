@@ -51,8 +51,7 @@ class RestoreRequest:
             "parallelism": self.parallelism,
             "dropped_state": list(self.dropped),
             "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
-            "note": self.point.note,
-        }
+        } | ({"note": self.point.note} if self.point.note else {})
 
 
 def _claim(value: ClaimMode | str | bool) -> ClaimMode:
@@ -67,23 +66,18 @@ def _claim(value: ClaimMode | str | bool) -> ClaimMode:
 
 
 def _parallelism(value: Any, limit: int) -> int | None:
+    """``value`` as a parallelism in 1..``limit`` (None: keep the current one)."""
     if value in (None, "", "None"):
         return None
+    allowed = f"an integer in 1..{limit} (the pipeline's max_parallelism)"
     if isinstance(value, bool):
-        raise ConfigError("parallelism", value, f"an integer in 1..{limit}")
+        raise ConfigError("parallelism", value, allowed)
     try:
-        number = int(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError("parallelism", value, f"an integer in 1..{limit}") from exc
-    if str(number) != str(value).strip() and not isinstance(value, int):
-        raise ConfigError("parallelism", value, f"an integer in 1..{limit}")
+        number = int(str(value).strip())
+    except ValueError as exc:
+        raise ConfigError("parallelism", value, allowed) from exc
     if not 1 <= number <= limit:
-        raise ConfigError(
-            "parallelism",
-            number,
-            f"an integer in 1..{limit} (max_parallelism: the number of key groups, fixed "
-            "when the pipeline first ran)",
-        )
+        raise ConfigError("parallelism", number, allowed)
     return number
 
 
@@ -129,8 +123,6 @@ def plan_restore(
     """
     mode = _claim(claim_mode)
     text = "latest" if point in (None, "None") else str(point)
-    if text.strip() in ("", "latest") or "://" not in text:
-        target.require_known()
     found = resolve_point(text, target.name, target.store, target.locations.locate)
     number = _parallelism(parallelism, _max_parallelism(target, found))
     known = list(uids) if uids is not None else _current_uids(target)
@@ -194,7 +186,9 @@ def restore_pipeline(
     coord = target.coordinator()
     was_stopped = coord.suspended() is not None
     # Step 2: stop triggering.
-    coord.suspend(f"restore ({(labels or {}).get('run_id') or (labels or {}).get('by') or 'requested'})")
+    coord.suspend(
+        f"restore ({(labels or {}).get('run_id') or (labels or {}).get('by') or 'requested'})"
+    )
     try:
         # Step 3: nothing in flight.
         await_quiet(coord, timeout_s, on_wait=on_wait, sleep=sleep)

@@ -25,6 +25,7 @@ __all__ = [
     "await_quiet",
     "dispose_savepoint",
     "in_flight_now",
+    "plan_savepoint",
     "savepoint_target",
     "stop_with_savepoint",
     "take_savepoint",
@@ -52,10 +53,22 @@ def savepoint_target(target: PipelineTarget, folder: str | None) -> SavepointTar
     return SavepointTarget(store, prefix)
 
 
+def plan_savepoint(target: PipelineTarget, folder: str | None) -> SavepointTarget:
+    """Check a savepoint request before anything stops or is written: the folder lies under
+    the roots, and there is a checkpoint to take it from (completed, or in flight).
+
+    Raises:
+        ConfigError: the folder lies outside every root.
+        CheckpointNotFound: no checkpoint (or a misspelt pipeline).
+    """
+    where = savepoint_target(target, folder)
+    _has_a_checkpoint(target, target.coordinator())
+    return where
+
+
 def _has_a_checkpoint(target: PipelineTarget, coord: CheckpointCoordinator) -> None:
     view = coord.view()
     if view.latest_completed is None and not view.in_flight:
-        target.require_known()
         raise CheckpointNotFound(
             f"pipeline {target.name!r} has no completed checkpoint to take a savepoint from, "
             "and none in flight; let a checkpoint complete first"
@@ -140,9 +153,8 @@ def stop_with_savepoint(
         RestoreError: checkpoints still in flight after ``timeout_s`` (triggering resumed).
     """
     # Step 1: validate.
-    savepoint_target(target, folder)
+    plan_savepoint(target, folder)
     coord = target.coordinator()
-    _has_a_checkpoint(target, coord)
     # Step 2: stop triggering.
     coord.suspend(f"stop with savepoint ({_who(labels)})")
     try:

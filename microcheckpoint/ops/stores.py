@@ -87,7 +87,9 @@ class Locations:
         roots = []
         for root in (self.storage, *self.savepoint_roots):
             if not (root.startswith("s3://") or root.startswith("file:///")):
-                raise ConfigError("savepoint root", root, "a URL s3://bucket[/prefix] or file:///path")
+                raise ConfigError(
+                    "savepoint root", root, "a URL s3://bucket[/prefix] or file:///path"
+                )
             roots.append(root.rstrip("/"))
         self.savepoint_roots = tuple(roots[1:])
 

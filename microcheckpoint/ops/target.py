@@ -47,7 +47,9 @@ class PipelineTarget:
         config = CheckpointConfig.from_mapping(
             {**dict(checkpointing or {}), "pipeline": pipeline, "storage": storage.rstrip("/")}
         )
-        return cls(config, Locations(config.storage, settings or StorageSettings(), savepoint_roots))
+        return cls(
+            config, Locations(config.storage, settings or StorageSettings(), savepoint_roots)
+        )
 
     @property
     def name(self) -> str:
@@ -87,6 +89,8 @@ def list_pipelines(store: ObjectStore) -> list[str]:
     names = set()
     for key in store.list(""):
         name, sep, rest = key.partition("/")
-        if sep and (rest.startswith("chk-") or rest.startswith("savepoints/") or rest.startswith("_")):
+        if sep and (
+            rest.startswith("chk-") or rest.startswith("savepoints/") or rest.startswith("_")
+        ):
             names.add(name)
     return sorted(names)

@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, Param, TriggerRule
 
-from microcheckpoint.config import BarrierPolicy
+from microcheckpoint.config import BarrierPolicy, ExternalizedCleanup
 from microcheckpoint.errors import ConfigError
 from microcheckpoint_airflow.global_points import (
     GlobalRestoreOperator,
@@ -27,6 +27,7 @@ from microcheckpoint_airflow.global_points import (
 )
 from microcheckpoint_airflow.operators import (
     AbortCheckpointOperator,
+    CancelOperator,
     CompleteCheckpointOperator,
     ConnectEpochOperator,
     EpochSparkSubmitOperator,
@@ -410,6 +411,38 @@ def _restore_dag(spec: PipelineSpec, common: dict) -> DAG:
     return dag
 
 
+def _cancel_dag(spec: PipelineSpec, common: dict) -> DAG:
+    policies = ["", *(p.value for p in ExternalizedCleanup)]
+    dag = DAG(
+        dag_id=spec.cancel_dag_id,
+        schedule=None,
+        max_active_runs=1,
+        description=f"cancel pipeline {spec.name} (Flink's cancel)",
+        doc_md=(
+            f"Stops triggering, pauses `{spec.dag_id}`, aborts the checkpoint in flight, then "
+            "keeps or deletes the pipeline's checkpoints by the cleanup policy (never its "
+            f"savepoints). `{spec.restore_dag_id}` starts it again."
+        ),
+        params={
+            "cleanup": Param(
+                "",
+                enum=policies,
+                title="Externalized checkpoint cleanup",
+                description=(
+                    "empty: the pipeline's own "
+                    f"({spec.config.externalized_cleanup.value}); RETAIN_ON_CANCELLATION "
+                    "keeps the completed checkpoints to restore from; DELETE_ON_CANCELLATION "
+                    "deletes every checkpoint"
+                ),
+            ),
+        },
+        **common,
+    )
+    with dag:
+        CancelOperator(task_id="cancel", spec=spec, cleanup="{{ params.cleanup }}", **API_RETRY)
+    return dag
+
+
 def pipeline_dags(
     spec: PipelineSpec,
     *,
@@ -420,7 +453,7 @@ def pipeline_dags(
     tags: tuple[str, ...] = (),
     default_args: dict[str, Any] | None = None,
 ) -> dict[str, DAG]:
-    """The pipeline, savepoint and restore DAGs of ``spec``, by DAG id.
+    """The pipeline, savepoint, restore and cancel DAGs of ``spec``, by DAG id.
 
     ``end_date`` stops scheduling after that date (backfills over earlier intervals still
     run): for ``data_interval`` pipelines replaying a fixed past range.
@@ -441,6 +474,7 @@ def pipeline_dags(
         # Triggered by a person only, so active from the start (a paused DAG queues runs).
         _savepoint_dag(spec, {**common, "catchup": False, "is_paused_upon_creation": False}),
         _restore_dag(spec, {**common, "catchup": False, "is_paused_upon_creation": False}),
+        _cancel_dag(spec, {**common, "catchup": False, "is_paused_upon_creation": False}),
     ]
     return {dag.dag_id: dag for dag in dags}
 

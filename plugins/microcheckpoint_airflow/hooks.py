@@ -17,7 +17,8 @@ from airflow.sdk import BaseHook
 
 from microcheckpoint.adapters.airflow_api import AirflowApi
 from microcheckpoint.errors import ConfigError
-from microcheckpoint.storage import ObjectStore, open_store
+from microcheckpoint.ops.stores import StorageSettings
+from microcheckpoint.storage import ObjectStore
 
 __all__ = [
     "DEFAULT_API_CONN_ID",
@@ -72,29 +73,32 @@ class CheckpointStorageHook(BaseHook):
         super().__init__()
         self.storage_conn_id = storage_conn_id
 
-    def store_options(self, url: str) -> dict[str, Any]:
-        """Keyword arguments of ``open_store`` for ``url`` (empty for ``file://``)."""
-        if not url.startswith("s3://"):
-            return {}
+    def settings(self) -> StorageSettings:
+        """The S3 settings of the connection (without it: ``MICROCHECKPOINT_S3_ENDPOINT`` and
+        boto3's default credential chain)."""
         conn = _connection(self.storage_conn_id)
         if conn is None:
             self.log.info(
                 "connection %s is not defined: S3 uses the default credential chain",
                 self.storage_conn_id,
             )
-            endpoint = os.environ.get("MICROCHECKPOINT_S3_ENDPOINT")
-            return {"endpoint_url": endpoint} if endpoint else {}
+            return StorageSettings.from_env()
         extra = conn.extra_dejson
-        options = {
-            "endpoint_url": extra.get("endpoint_url") or extra.get("host") or None,
-            "region": extra.get("region_name") or None,
-            "access_key": conn.login or None,
-            "secret_key": conn.password or None,
-        }
-        return {k: v for k, v in options.items() if v}
+        return StorageSettings(
+            endpoint_url=extra.get("endpoint_url") or extra.get("host") or None,
+            region=extra.get("region_name") or None,
+            access_key=conn.login or None,
+            secret_key=conn.password or None,
+        )
+
+    def store_options(self, url: str) -> dict[str, Any]:
+        """Keyword arguments of ``open_store`` for ``url`` (empty for ``file://``)."""
+        if not url.startswith("s3://"):
+            return {}
+        return self.settings().options(url)
 
     def get_store(self, url: str) -> ObjectStore:
-        return open_store(url, **self.store_options(url))
+        return self.settings().open(url)
 
 
 class KafkaHook(BaseHook):

@@ -15,6 +15,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,31 +29,34 @@ from microcheckpoint.errors import (
     CheckpointExpired,
     CheckpointNotFound,
     CommitConflict,
-    ConfigError,
     MicrocheckpointError,
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId
+from microcheckpoint.ops import (
+    PipelineTarget,
+    RestoreRequest,
+    StorageSettings,
+    apply_restore,
+    cancel_pipeline,
+    plan_restore,
+    plan_savepoint,
+    take_savepoint,
+)
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.recovery import abort_failed_run, complete_checkpoint, start_epoch
 from microcheckpoint.protocol.retention import enforce_retention
-from microcheckpoint.protocol.savepoints import (
-    ClaimMode,
-    check_restorable,
-    create_savepoint,
-    restore,
-)
 from microcheckpoint.protocol.source import group_committer
 from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint_airflow import metrics
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
-from microcheckpoint_airflow.points import resolve_point, split_location
 from microcheckpoint_airflow.run_conf import refuse_unknown_conf
 from microcheckpoint_airflow.spec import PipelineSpec
 
 __all__ = [
     "AbortCheckpointOperator",
+    "CancelOperator",
     "CompleteCheckpointOperator",
     "ConnectEpochOperator",
     "EpochSparkSubmitOperator",
@@ -67,11 +72,23 @@ __all__ = [
     "ValidateRestoreOperator",
     "ValidateSavepointOperator",
     "refuse_unknown_conf",
+    "task_errors",
     "trigger_checkpoint",
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RUN_EPOCH = PROJECT_ROOT / "spark_jobs" / "run_epoch.py"
+
+
+@contextmanager
+def task_errors() -> Iterator[None]:
+    """The one translator of the package's errors into Airflow: a ``MicrocheckpointError``
+    fails the task without retries, its message (one line naming the thing, the value and
+    the fix) as the failure."""
+    try:
+        yield
+    except MicrocheckpointError as exc:
+        raise AirflowFailException(str(exc)) from exc
 
 
 def _truthy(value: Any) -> bool:
@@ -101,16 +118,27 @@ class PipelineOperator(BaseOperator):
             return None
         return CheckpointId(int(self.checkpoint_id))  # type: ignore[arg-type]
 
+    def settings(self) -> StorageSettings:
+        return CheckpointStorageHook(self.spec.storage_conn_id).settings()
+
     def store_options(self) -> dict[str, Any]:
-        return CheckpointStorageHook(self.spec.storage_conn_id).store_options(
-            self.spec.config.storage
-        )
+        return self.settings().options(self.spec.config.storage)
 
     def open_root(self, root: str) -> Any:
-        return CheckpointStorageHook(self.spec.storage_conn_id).get_store(root)
+        return self.target().locations.store(root)
+
+    def target(self) -> PipelineTarget:
+        """The core's view of the pipeline (``microcheckpoint.ops``), opened once per task."""
+        if getattr(self, "_target", None) is None:
+            self._target = self.spec.target(self.settings())
+        return self._target
 
     def coordinator(self) -> CheckpointCoordinator:
-        return CheckpointCoordinator(self.open_root(self.spec.config.storage), self.spec.config)
+        return self.target().coordinator()
+
+    def load_pipeline(self) -> Any:
+        """The pipeline, its sinks given this connection's S3 settings."""
+        return self.spec.load_pipeline(self.settings().s3_options())
 
 
 class TriggerCheckpointOperator(PipelineOperator):
@@ -121,9 +149,7 @@ class TriggerCheckpointOperator(PipelineOperator):
     """
 
     def execute(self, context: Any) -> int:
-        return trigger_checkpoint(
-            self, context, self.coordinator(), self.spec.load_pipeline()
-        ).value
+        return trigger_checkpoint(self, context, self.coordinator(), self.load_pipeline()).value
 
 
 def trigger_checkpoint(
@@ -212,7 +238,7 @@ class LocalEpochOperator(PipelineOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         coord = self.coordinator()
-        pipeline = self.spec.load_pipeline()
+        pipeline = self.load_pipeline()
         if not self.trigger:
             return self.process(self.cid(), coord, pipeline)  # type: ignore[arg-type]
         cid = trigger_checkpoint(self, context, coord, pipeline)
@@ -371,7 +397,7 @@ class NotifyCheckpointOperator(PipelineOperator):
     """notifyCheckpointComplete: sinks publish, group offsets move (idempotent)."""
 
     def execute(self, context: Any) -> None:
-        _notify(self, self.coordinator(), self.spec.load_pipeline(), self.cid())  # type: ignore[arg-type]
+        _notify(self, self.coordinator(), self.load_pipeline(), self.cid())  # type: ignore[arg-type]
 
 
 class RetentionOperator(PipelineOperator):
@@ -454,68 +480,40 @@ class SuspendPipelineOperator(PipelineOperator):
 
 
 class SavepointOperator(PipelineOperator):
-    """Copy the latest completed checkpoint into a self-contained savepoint; returns its URL.
+    """Copy the latest completed checkpoint into a self-contained savepoint; returns its URL
+    (``ops.take_savepoint``).
 
     ``target``: a folder URL under the pipeline's roots; empty (or None) means
     ``<storage>/<name>/savepoints/``.
     """
 
-    template_fields = ("checkpoint_id", "target")
+    template_fields = ("checkpoint_id", "target_url")
 
     def __init__(self, *, target: str | None = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.target = target
+        self.target_url = target
 
-    def resolve_target(self, coord: CheckpointCoordinator) -> tuple[Any, str | None]:
-        """The target's store and key prefix (None, None: the default folder).
-
-        Raises:
-            ConfigError: a target outside every root, or with ``.``/``..`` segments.
-        """
-        target = "" if self.target in (None, "None") else str(self.target).strip()
-        if not target:
-            return None, None
-        root, prefix = split_location(target, self.spec.roots, "target")
-        return (coord.store if root == self.spec.roots[0] else self.open_root(root)), prefix
+    @property
+    def target_folder(self) -> str | None:
+        return None if self.target_url in (None, "None") else str(self.target_url)
 
     def execute(self, context: Any) -> str:
-        coord = self.coordinator()
-        try:
-            target_store, prefix = self.resolve_target(coord)
-            url = create_savepoint(
-                coord.store,
-                self.spec.name,
-                target=target_store,
-                target_prefix=prefix,
-                labels=run_labels(context),
-            )
-        except MicrocheckpointError as exc:
-            raise AirflowFailException(str(exc)) from exc
+        with task_errors():
+            url = take_savepoint(self.target(), self.target_folder, labels=run_labels(context))
         self.log.info("savepoint of %s: %s", self.spec.name, url)
         return url
 
 
 class ValidateSavepointOperator(SavepointOperator):
     """Before anything stops: the form's fields are known, the target is allowed, and there
-    is a checkpoint to take the savepoint from (completed, or in flight)."""
+    is a checkpoint to take the savepoint from (``ops.plan_savepoint``)."""
 
     def execute(self, context: Any) -> dict[str, Any]:
         refuse_unknown_conf(context)
-        coord = self.coordinator()
-        try:
-            self.resolve_target(coord)
-        except MicrocheckpointError as exc:
-            raise AirflowFailException(str(exc)) from exc
-        view = coord.view()
-        if view.latest_completed is None and not view.in_flight:
-            raise AirflowFailException(
-                f"pipeline {self.spec.name!r} has no completed checkpoint to take a savepoint "
-                f"from, and none in flight; let {self.spec.dag_id} complete one first"
-            )
-        return {
-            "target": self.target or "",
-            "latest_completed": view.latest_completed and view.latest_completed.value,
-        }
+        with task_errors():
+            plan_savepoint(self.target(), self.target_folder)
+        latest = self.coordinator().view().latest_completed
+        return {"target": self.target_folder or "", "latest_completed": latest and latest.value}
 
 
 class ResumeTriggeringOperator(PipelineOperator):
@@ -548,7 +546,8 @@ def note_run(task: PipelineOperator, context: Any, note: str) -> None:
 
 
 class ValidateRestoreOperator(PipelineOperator):
-    """Check a restore request before anything changes; returns what will be restored."""
+    """Check a restore request before anything changes (``ops.plan_restore``); returns what
+    will be restored."""
 
     def __init__(
         self,
@@ -573,67 +572,37 @@ class ValidateRestoreOperator(PipelineOperator):
         "parallelism_param",
     )
 
-    def requested_parallelism(self) -> int:
+    def request(self) -> RestoreRequest:
+        """The checked request (the form's parallelism defaults to the spec's)."""
         raw = self.parallelism_param
-        value = self.spec.parallelism if raw in (None, "", "None") else raw
-        try:
-            number = int(value)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise ConfigError("parallelism", value, "an integer") from exc
-        limit = self.spec.config.max_parallelism
-        if not 1 <= number <= limit:
-            raise ConfigError("parallelism", number, f"1..max_parallelism ({limit})")
-        return number
-
-    def resolve(self) -> tuple[CheckpointCoordinator, Any, ClaimMode, int, list[str]]:
-        coord = self.coordinator()
-        pipeline = self.spec.load_pipeline()
-        try:
-            claim = ClaimMode(str(self.claim_mode).upper())
-        except ValueError as exc:
-            raise ConfigError("claim_mode", self.claim_mode, "NO_CLAIM or CLAIM") from exc
-        point = resolve_point(
-            self.point, self.spec.name, coord.store, self.spec.roots, self.open_root
+        return plan_restore(
+            self.target(),
+            self.point,
+            claim_mode=self.claim_mode,
+            parallelism=self.spec.parallelism if raw in (None, "", "None") else raw,
+            allow_non_restored_state=_truthy(self.allow_non_restored_state),
+            uids=self.load_pipeline().uids,
         )
-        uids = [pipeline.source.uid] + [op.uid for op in pipeline.operators]
-        uids += [s.uid for s in pipeline.sinks]
-        dropped = check_restorable(point, uids, _truthy(self.allow_non_restored_state))
-        return coord, point, claim, self.requested_parallelism(), dropped
 
     def execute(self, context: Any) -> dict[str, Any]:
         refuse_unknown_conf(context)
-        try:
-            _, point, claim, parallelism, dropped = self.resolve()
-        except MicrocheckpointError as exc:
-            raise AirflowFailException(str(exc)) from exc
-        if point.note:
-            self.log.error("%s", point.note)
-        if dropped:
-            self.log.warning("state of operators %s will not be restored", dropped)
-        return {
-            "location": point.location,
-            "checkpoint": point.metadata.checkpoint_id.value,
-            "kind": point.metadata.kind,
-            "claim_mode": claim.value,
-            "parallelism": parallelism,
-            "dropped_state": dropped,
-            "offsets": {str(tp): o for tp, o in sorted(point.metadata.offsets.items())},
-        }
+        with task_errors():
+            request = self.request()
+        if request.point.note:
+            self.log.error("%s", request.point.note)
+        if request.dropped:
+            self.log.warning("state of operators %s will not be restored", list(request.dropped))
+        return request.summary()
 
 
 class RestoreOperator(ValidateRestoreOperator):
-    """Re-base the pipeline on the point, clear the failure count and the stop marker."""
+    """Re-base the pipeline on the point, clear the failure count and the stop marker
+    (``ops.apply_restore``)."""
 
     def execute(self, context: Any) -> dict[str, Any]:
-        try:
-            coord, point, claim, parallelism, _ = self.resolve()
-            marker = restore(
-                coord.store, self.spec.name, point, claim, parallelism, labels=run_labels(context)
-            )
-        except MicrocheckpointError as exc:
-            raise AirflowFailException(str(exc)) from exc
-        coord.reset_failures()
-        coord.resume()
+        with task_errors():
+            request = self.request()
+            marker = apply_restore(self.target(), request, labels=run_labels(context))
         self.log.info("pipeline %s re-based on %s", self.spec.name, marker.source)
         if marker.note:
             # A green run must still say that it fell back: on the run itself, and on the
@@ -643,8 +612,41 @@ class RestoreOperator(ValidateRestoreOperator):
         return {
             "source": marker.source,
             "offsets": {str(tp): o for tp, o in sorted(marker.offsets.items())},
-            "parallelism": parallelism,
+            "parallelism": request.parallelism,
         }
+
+
+class CancelOperator(PipelineOperator):
+    """Cancel the pipeline (``ops.cancel_pipeline``): stop triggering, pause its DAG, abort
+    checkpoints in flight, keep or delete its checkpoints by ``cleanup`` (empty: the
+    pipeline's ``externalized_cleanup``); savepoints stay."""
+
+    template_fields = ("checkpoint_id", "cleanup")
+
+    def __init__(self, *, cleanup: str | None = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cleanup = cleanup
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        refuse_unknown_conf(context)
+        hook = AirflowApiHook(self.spec.api_conn_id)
+        cleanup = None if self.cleanup in (None, "", "None") else str(self.cleanup)
+        with task_errors():
+            record = cancel_pipeline(
+                self.target(),
+                cleanup=cleanup,
+                labels=run_labels(context),
+                pause=lambda: hook.set_paused(self.spec.dag_id, True) and None,
+            )
+        self.log.info(
+            "cancelled %s (%s): aborted %s, kept %s, deleted %d objects",
+            self.spec.name,
+            record.cleanup,
+            list(record.aborted),
+            list(record.retained),
+            record.deleted,
+        )
+        return record.to_json()
 
 
 class SetPausedOperator(PipelineOperator):

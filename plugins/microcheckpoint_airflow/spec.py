@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.errors import ConfigError
+from microcheckpoint.ops import Locations, PipelineTarget, StorageSettings, load_pipeline
 from microcheckpoint_airflow.hooks import (
     DEFAULT_API_CONN_ID,
     DEFAULT_KAFKA_CONN_ID,
@@ -97,17 +97,23 @@ class PipelineSpec:
         return f"{self.name}_restore"
 
     @property
+    def cancel_dag_id(self) -> str:
+        return f"{self.name}_cancel"
+
+    @property
     def roots(self) -> list[str]:
         """Storage roots a savepoint may be written to or restored from."""
         return [self.config.storage.rstrip("/")] + [r.rstrip("/") for r in self.savepoint_roots]
 
-    def load_pipeline(self) -> Any:
-        """Import the pipeline (at run time) and check it carries this spec's name."""
-        module, _, attr = self.pipeline.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-        pipeline = target(**self.pipeline_kwargs) if callable(target) else target
-        if pipeline.name != self.name:
-            raise ConfigError(
-                "name", self.name, f"the name of pipeline {self.pipeline} ({pipeline.name!r})"
-            )
-        return pipeline
+    def load_pipeline(self, s3_options: dict[str, Any] | None = None) -> Any:
+        """Import the pipeline (at run time) and check it carries this spec's name; sinks
+        without S3 settings of their own get ``s3_options`` (``ops.load_pipeline``)."""
+        return load_pipeline(
+            self.pipeline, self.pipeline_kwargs, name=self.name, s3_options=s3_options
+        )
+
+    def target(self, settings: StorageSettings) -> PipelineTarget:
+        """The core's view of this pipeline: its settings and the roots of its savepoints."""
+        return PipelineTarget(
+            self.config, Locations(self.config.storage, settings, self.savepoint_roots)
+        )

@@ -165,10 +165,10 @@ SUBMIT_CHAIN = {
 }
 
 
-def test_pipeline_dags_gives_three_dags_and_touches_no_storage(tmp_path: Path) -> None:
+def test_pipeline_dags_gives_four_dags_and_touches_no_storage(tmp_path: Path) -> None:
     storage = tmp_path / "never-created"
     dags = pipeline_dags(make_spec(storage=storage.as_uri()), start_date=START)
-    assert sorted(dags) == ["wc_pipeline", "wc_restore", "wc_savepoint"]
+    assert sorted(dags) == ["wc_cancel", "wc_pipeline", "wc_restore", "wc_savepoint"]
     assert all(dag.dag_id == dag_id for dag_id, dag in dags.items())
     assert not storage.exists()
 
@@ -311,7 +311,7 @@ def test_savepoint_dag() -> None:
         "resume_on_failure": (["await_in_flight", "take_savepoint"], []),
     }
     assert dag.get_task("resume_on_failure").trigger_rule == TriggerRule.ONE_FAILED
-    assert dag.get_task("validate_target").target == "{{ params.target }}"
+    assert dag.get_task("validate_target").target_url == "{{ params.target }}"
     assert {k: dag.params.get_param(k).value for k in dag.params} == {"target": None, "stop": False}
     # The UI's form enables Trigger only when every field validates: an empty target must.
     target = dag.params.get_param("target")
@@ -320,7 +320,7 @@ def test_savepoint_dag() -> None:
     target.resolve("")
     assert dag.params.get_param("stop").schema["type"] == "boolean"
     assert (dag.schedule, dag.max_active_runs, dag.is_paused_upon_creation) == (None, 1, False)
-    assert dag.get_task("take_savepoint").target == "{{ params.target }}"
+    assert dag.get_task("take_savepoint").target_url == "{{ params.target }}"
     assert dag.get_task("pause_pipeline").paused is True
     pause = dag.get_task("pause_pipeline")
     assert (pause.retries, pause.retry_delay) == (3, timedelta(seconds=5))
@@ -430,12 +430,14 @@ def test_dag_files_import_without_kafka_s3_spark_or_iceberg(tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "dags/wordcount.py ['wordcount_pipeline', 'wordcount_restore', 'wordcount_savepoint']",
-        "dags/wordcount_hourly.py ['wordcount_hourly_pipeline', 'wordcount_hourly_restore', "
-        "'wordcount_hourly_savepoint']",
-        "dags/nexmark_stages.py ['nexmark-hot-items_pipeline', 'nexmark-hot-items_restore', "
-        "'nexmark-hot-items_savepoint', 'nexmark-join_pipeline', 'nexmark-join_restore', "
-        "'nexmark-join_savepoint', 'nexmark_global_restore', 'nexmark_global_savepoint']",
+        "dags/wordcount.py ['wordcount_cancel', 'wordcount_pipeline', 'wordcount_restore', "
+        "'wordcount_savepoint']",
+        "dags/wordcount_hourly.py ['wordcount_hourly_cancel', 'wordcount_hourly_pipeline', "
+        "'wordcount_hourly_restore', 'wordcount_hourly_savepoint']",
+        "dags/nexmark_stages.py ['nexmark-hot-items_cancel', 'nexmark-hot-items_pipeline', "
+        "'nexmark-hot-items_restore', 'nexmark-hot-items_savepoint', 'nexmark-join_cancel', "
+        "'nexmark-join_pipeline', 'nexmark-join_restore', 'nexmark-join_savepoint', "
+        "'nexmark_global_restore', 'nexmark_global_savepoint']",
         "refused []",
         "loaded []",
     ]

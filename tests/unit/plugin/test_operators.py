@@ -425,8 +425,8 @@ def test_savepoint_outside_every_root_is_refused_and_changes_nothing(env: Env) -
         savepoint_op(spec, target).execute(CONTEXT)
     assert str(caught.value) == (
         f"config field 'target' = {target!r} is invalid: a location under one of the "
-        f"configured roots ({env.url}, {env.exports_url}); add the root to savepoint_roots "
-        "in the DAG file to allow it"
+        f"configured roots ({env.url}, {env.exports_url}); add its root to savepoint_roots "
+        "(Airflow) or --savepoint-root (CLI) to allow it"
     )
     assert isinstance(caught.value.__cause__, ConfigError)
     assert env.contents() == before
@@ -515,11 +515,26 @@ def test_validate_without_a_parallelism_keeps_the_dags(env: Env, parallelism) ->
 @pytest.mark.parametrize(
     ("parallelism", "message"),
     [
-        ("0", "config field 'parallelism' = 0 is invalid: 1..max_parallelism (8)"),
-        ("-1", "config field 'parallelism' = -1 is invalid: 1..max_parallelism (8)"),
-        ("9", "config field 'parallelism' = 9 is invalid: 1..max_parallelism (8)"),
-        ("x", "config field 'parallelism' = 'x' is invalid: an integer"),
-        ("2.5", "config field 'parallelism' = '2.5' is invalid: an integer"),
+        (
+            "0",
+            "config field 'parallelism' = 0 is invalid: an integer in 1..8 (the pipeline's max_parallelism)",
+        ),
+        (
+            "-1",
+            "config field 'parallelism' = -1 is invalid: an integer in 1..8 (the pipeline's max_parallelism)",
+        ),
+        (
+            "9",
+            "config field 'parallelism' = 9 is invalid: an integer in 1..8 (the pipeline's max_parallelism)",
+        ),
+        (
+            "x",
+            "config field 'parallelism' = 'x' is invalid: an integer in 1..8 (the pipeline's max_parallelism)",
+        ),
+        (
+            "2.5",
+            "config field 'parallelism' = '2.5' is invalid: an integer in 1..8 (the pipeline's max_parallelism)",
+        ),
     ],
 )
 def test_a_bad_parallelism_fails_cleanly_and_changes_nothing(
