@@ -1,0 +1,195 @@
+"""Verify a restore point: read what its ``_metadata`` references, as a restore would.
+
+``dry_run_restore``, the core of ``microcheckpoint verify``, reads the point's ``_metadata``
+and then every file its acknowledgements reference, once each, and reports one ``Check`` row
+per file. Nothing is written.
+
+What a handle references decides how it is checked, and the handle's **key tail** decides
+what it references, against the uid of the task whose ack holds it:
+
+- ``…/state/<uid>/<folder>/<name>`` with ``<name>`` one of the state formats of
+  ``state.files`` (``base.parquet``, ``delta.parquet``, ``state.json``, ``kg-<n>.parquet``,
+  ``delta.json``): a **state file**. It must exist, have the handle's size, and decode as
+  state rows of its format.
+- ``…/sink/<uid>/part-<subtask>-a<attempt>.jsonl``: a **staged sink part** (EXACTLY_ONCE
+  sinks, ``engine.sinkstage``). It must exist and have the handle's size; it is never
+  parsed, since it is sink output, not state.
+- anything else: a failed row. A file verify cannot classify is never passed unread (a
+  newer microcheckpoint may have written it: upgrade).
+
+Why the tail and not the key groups: a ``memory`` subtask that owns no key writes a
+``state.json`` with no key groups, like a sink part. The tails are fixed by
+``Layout.state_prefix``, ``Layout.sink_part`` and ``state.bootstrap`` (``files/bootstrap/
+state/<uid>/<subtask>/``), and savepoints, imports and CLAIM-mode checkpoints keep them
+(``files/`` + the original key), so the rule holds for every copy. Requiring the ack's
+own uid in the tail means a state file and a sink part cannot be confused: a state name
+never ends ``.jsonl`` and ``sink/<uid>/`` is never followed by a folder.
+
+A point's ``_metadata`` that cannot be read is a verification result too:
+``dry_run_restore`` turns the resolver's ``MetadataFormatError`` (and the ``RestoreError``
+of ``latest`` when no checkpoint is usable) into a failed ``_metadata`` row naming the
+file. Kafka offsets are not checked here (the core imports no Kafka client); the caller
+adds those rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from microcheckpoint.errors import MetadataFormatError, RestoreError
+from microcheckpoint.protocol.savepoints import RestorePoint
+from microcheckpoint.state.handles import StateHandle
+from microcheckpoint.storage.port import ObjectStore
+
+__all__ = ["Check", "FileKind", "Verification", "classify", "dry_run_restore", "verify_point"]
+
+_STATE_NAME = re.compile(
+    r"(base\.parquet|delta\.parquet|state\.json|delta\.json|kg-\d{5}\.parquet)"
+)
+_SINK_NAME = re.compile(r"part-\d{5}-a\d{5}\.jsonl")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of a verification: what was checked, whether it passed, and why.
+
+    ``warning`` marks a row that passed but needs a person's attention (the point still
+    verifies).
+    """
+
+    check: str
+    ok: bool
+    detail: str
+    warning: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """``check``, ``ok``, ``detail``, and ``warning`` only when it is set."""
+        out: dict[str, Any] = {"check": self.check, "ok": self.ok, "detail": self.detail}
+        if self.warning:
+            out["warning"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The rows of one verification; ``point`` is None when its ``_metadata`` was unreadable."""
+
+    point: RestorePoint | None
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+class FileKind:
+    """What a handle references (see the module docstring)."""
+
+    STATE = "state file"
+    SINK_PART = "staged sink part"
+    UNKNOWN = "unknown file"
+
+
+def classify(handle: StateHandle, uid: str) -> str:
+    """The ``FileKind`` of ``handle`` held by an ack of operator ``uid``, from its key tail.
+
+    Edge cases: a ``state.json`` with no key groups is a state file; a key with fewer
+    folders than the rule needs, or another operator's folder, is ``UNKNOWN``.
+    """
+    parts = ["", "", "", "", *handle.key.split("/")]  # padded: short keys match nothing
+    if parts[-4] == "state" and parts[-3] == uid and _STATE_NAME.fullmatch(parts[-1]):
+        return FileKind.STATE
+    if parts[-3] == "sink" and parts[-2] == uid and _SINK_NAME.fullmatch(parts[-1]):
+        return FileKind.SINK_PART
+    return FileKind.UNKNOWN
+
+
+def _check_file(store: ObjectStore, key: str, handle: StateHandle, kind: str) -> Check:
+    """Step 2 of ``verify_point`` for one file."""
+    url = store.child_url(key)
+    if kind == FileKind.UNKNOWN:
+        return Check(
+            url,
+            False,
+            f"{handle.key} is neither a state file nor a staged sink part of its operator; "
+            "it was not read (written by a newer microcheckpoint? upgrade it)",
+        )
+    obj = store.get(key)
+    if obj is None:
+        return Check(url, False, f"{kind} is missing; restore another checkpoint or savepoint")
+    if len(obj.data) != handle.size:
+        return Check(
+            url,
+            False,
+            f"{kind} is {len(obj.data)} bytes, its handle says {handle.size}: truncated or "
+            "replaced; restore another checkpoint or savepoint",
+        )
+    if kind == FileKind.SINK_PART:
+        return Check(url, True, f"{kind}, {handle.size} bytes (sink output is not read)")
+    from microcheckpoint.state.files import rows_of  # pyarrow: not at the CLI's start
+
+    try:
+        rows = rows_of(obj.data, handle, url)
+    except MetadataFormatError as exc:
+        return Check(url, False, str(exc))
+    return Check(url, True, f"{kind}, {handle.size} bytes, {rows.num_rows} rows")
+
+
+def verify_point(point: RestorePoint) -> list[Check]:
+    """The ``_metadata`` row, then one row per file the point's acks reference.
+
+    Steps: 1. the ``_metadata`` row (it was read when ``point`` was resolved), and a WARNING
+    row when the point fell back to an older checkpoint (``point.note``); 2. each file once
+    (two acks of a rescaled operator may reference the same one), in ack order, checked by
+    its ``FileKind``. Reads every file fully; writes nothing.
+    """
+    meta = point.metadata
+    # Step 1: the _metadata.
+    files: dict[str, tuple[StateHandle, str]] = {}
+    for task in sorted(meta.acks, key=str):
+        for handle in meta.acks[task].handles:
+            key = point.prefix + handle.key if meta.relative else handle.key
+            files.setdefault(key, (handle, classify(handle, task.uid.value)))
+    what = f"{meta.kind} {meta.checkpoint_id.value}" if meta.kind == "checkpoint" else meta.kind
+    checks = [
+        Check(
+            "_metadata",
+            True,
+            f"{point.store.child_url(point.prefix + '_metadata')}: {what} of "
+            f"{meta.pipeline!r}, {len(meta.acks)} tasks, {len(files)} files (format ok)",
+        )
+    ]
+    if point.note:
+        checks.append(Check("latest", True, point.note, warning=True))
+    # Step 2: the files.
+    checks += [_check_file(point.store, key, h, kind) for key, (h, kind) in files.items()]
+    return checks
+
+
+def dry_run_restore(
+    resolve: Callable[[], RestorePoint],
+    more: Callable[[RestorePoint], Iterable[Check]] | None = None,
+) -> Verification:
+    """Resolve a point and verify it: ``verify_point``'s rows, then ``more(point)``'s.
+
+    Steps: 1. ``resolve()``; an unreadable ``_metadata`` (corrupt, empty, foreign) or no
+    usable checkpoint for ``latest`` is one failed ``_metadata`` row whose detail names the
+    file; 2. ``verify_point``; 3. the caller's rows (the CLI's Kafka offsets).
+
+    Raises:
+        Whatever ``resolve`` raises for bad input (a malformed point, no such checkpoint,
+        another pipeline's point), unchanged.
+    """
+    # Step 1: the point.
+    try:
+        point = resolve()
+    except (MetadataFormatError, RestoreError) as exc:
+        return Verification(None, (Check("_metadata", False, str(exc)),))
+    # Steps 2 and 3: its files, then the caller's checks.
+    checks = verify_point(point)
+    if more is not None:
+        checks += more(point)
+    return Verification(point, tuple(checks))

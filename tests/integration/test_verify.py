@@ -1,0 +1,277 @@
+"""``microcheckpoint verify`` on every example pipeline, healthy and damaged, through the
+installed console script.
+
+One module-scoped world runs the examples with ``microcheckpoint run`` against the local
+broker and the session's Spark Connect server (tests/integration/verify_pipelines.py): the
+word count with its file sink on the ``table`` and the ``memory`` backend, Nexmark's two
+keyed operators, and the two stages of nexmark_stages (the first ends in a stage sink, a
+Kafka sink). Every checkpoint and savepoint of them verifies; damaged copies (a truncated,
+corrupt or missing state file, a missing or grown sink part, a garbage or empty
+``_metadata``) do not, and the output names the damaged file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples import nexmark, nexmark_stages, wordcount
+from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from tests.integration.cli_support import cli, cli_env
+from tests.integration.verify_pipelines import NAMES, topics
+
+pytestmark = pytest.mark.integration
+
+MODULE = "tests.integration.verify_pipelines"
+RUN_LINE = r"checkpoint (\d+) completed(?: \([a-z]+\))?: (\d+) records \(attempt 1\)\n"
+SINK_DETAIL = "staged sink part, {} bytes (sink output is not read)"
+
+
+@dataclass
+class World:
+    """The examples' checkpoints and savepoints in one storage root."""
+
+    root: Path  # the storage root folder
+    env: dict[str, str]
+    savepoints: dict[str, str]  # pipeline attribute -> savepoint URL
+    imported: str  # a `state import` savepoint of the word count (table backend)
+
+    def env_of(self, attr: str, storage: Path | None = None) -> dict[str, str]:
+        env = {**self.env, "MICROCHECKPOINT_PIPELINE": NAMES[attr]}
+        if storage is not None:
+            env["MICROCHECKPOINT_STORAGE"] = storage.as_uri()
+        return env
+
+
+def _produce(bootstrap: str, tag: str) -> None:
+    names = topics(tag)
+    wordcount.generate(bootstrap, names["lines"], lines=24, seed=5)
+    nexmark.generate_bids(bootstrap, names["bids"], n=40, seed=5)
+    with KafkaOffsets(bootstrap) as kafka:
+        for topic in ("auctions", "stage-bids", "joined"):
+            kafka.create_topic(names[topic], 2)
+    auctions, bids = nexmark_stages.generate(seed=5, auctions=4, bids=30)
+    nexmark_stages.produce(bootstrap, names["auctions"], auctions)
+    nexmark_stages.produce(bootstrap, names["stage-bids"], bids)
+
+
+@pytest.fixture(scope="module")
+def world(
+    tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, spark_connect_url: str
+) -> World:
+    base = tmp_path_factory.mktemp("verify")
+    tag = uuid.uuid4().hex[:8]
+    _produce(kafka_bootstrap, tag)
+    root = base / "chk"
+    env = {
+        **cli_env(root.as_uri(), topics(tag)["lines"], kafka_bootstrap, spark_connect_url),
+        "VERIFY_TAG": tag,
+        "VERIFY_SINK": (base / "out").as_uri(),
+        "COLUMNS": "1000",
+        # The damaged copies of savepoints are made under the pytest temporary root.
+        "MICROCHECKPOINT_SAVEPOINT_ROOTS": f"file://{base.parent}",
+    }
+    world = World(root, env, {}, "")
+
+    def run(attr: str, config: str = '{"retained": 3}') -> tuple[int, int]:
+        """One cycle of ``attr``: ``(checkpoint id, records)`` from the line ``run`` prints."""
+        done = cli(world.env_of(attr), "run", "--module", f"{MODULE}:{attr}", "--config", config)
+        line = re.fullmatch(RUN_LINE, done.stdout)
+        assert line, done.stdout
+        return int(line.group(1)), int(line.group(2))
+
+    # Two epochs of the word count on `table` (the second references the first's files).
+    assert run("wordcount_table", '{"max_records_per_epoch": 8, "retained": 3}') == (1, 16)
+    assert run("wordcount_table") == (2, 8)
+    assert run("wordcount_memory") == (1, 24)
+    assert run("nexmark_table") == (1, 40)
+    assert run("join_stage") == (1, 34)
+    assert run("hot_items_stage")[0] == 1
+    for attr in NAMES:
+        world.savepoints[attr] = cli(world.env_of(attr), "savepoint").stdout.strip()
+    counts = base / "counts.parquet"
+    env = world.env_of("wordcount_table")
+    cli(env, "state", "export", "--uid", "word-counts", "--to", str(counts))
+    world.imported = cli(env, "state", "import", "--uid", "word-counts", "--from", str(counts))
+    world.imported = world.imported.stdout.strip()
+    return world
+
+
+# ---- what the stored _metadata says, read raw ----------------------------------------------
+
+
+def _metadata_path(root: Path, pipeline: str, point: str) -> tuple[Path, Path]:
+    """``(the _metadata file, the folder its handle keys are relative to)`` of ``point``."""
+    if point.startswith("file://"):
+        folder = Path(point.removeprefix("file://"))
+        return folder / "_metadata", folder
+    return root / pipeline / f"chk-{int(point):010d}" / "_metadata", root
+
+
+def _handles(metadata: Path) -> list[dict[str, Any]]:
+    body = json.loads(metadata.read_bytes())
+    return [h for task in body["tasks"].values() for h in task["handles"]]
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+# ---- healthy points ------------------------------------------------------------------------
+
+# (pipeline attribute, checkpoint ids to verify, sink parts expected)
+EXAMPLES = [
+    ("wordcount_table", ["1", "2"], True),
+    ("wordcount_memory", ["1"], True),
+    ("nexmark_table", ["1"], False),
+    ("join_stage", ["1"], True),
+    ("hot_items_stage", ["1"], False),
+]
+
+
+LATEST = {attr: ids[-1] for attr, ids, _ in EXAMPLES}
+
+
+@pytest.mark.parametrize(("attr", "ids", "sinks"), EXAMPLES, ids=[e[0] for e in EXAMPLES])
+def test_every_checkpoint_and_savepoint_of_an_example_verifies(
+    world: World, attr: str, ids: list[str], sinks: bool
+) -> None:
+    env = world.env_of(attr)
+    before = _tree(world.root)
+    points = [*ids, "latest", world.savepoints[attr]]
+    if attr == "wordcount_table":
+        points.append(world.imported)
+    for point in points:
+        report = json.loads(cli(env, "verify", point, "--json").stdout)
+        assert report["ok"] is True, report
+        metadata, folder = _metadata_path(
+            world.root, NAMES[attr], ids[-1] if point == "latest" else point
+        )
+        handles = {(folder / h["key"]).as_uri(): h for h in _handles(metadata)}
+        rows = {c["check"]: c for c in report["checks"] if c["check"].startswith("file://")}
+        assert set(rows) == set(handles), point
+        assert all(row["ok"] and "warning" not in row for row in rows.values())
+        parts = {url for url in handles if url.endswith(".jsonl")}
+        assert bool(parts) is sinks, point
+        for url, handle in handles.items():
+            detail = rows[url]["detail"]
+            if url in parts:
+                assert detail == SINK_DETAIL.format(handle["size"]), (point, url)
+            else:
+                assert detail.startswith(f"state file, {handle['size']} bytes, "), (point, url)
+                assert detail.endswith(" rows"), (point, url)
+        (head,) = [c for c in report["checks"] if c["check"] == "_metadata"]
+        assert head["ok"] is True and head["detail"].startswith(f"{metadata.as_uri()}: ")
+        kafka_rows = [c for c in report["checks"] if ":" in c["check"] and "//" not in c["check"]]
+        assert kafka_rows and all(c["ok"] for c in kafka_rows), report
+        if point == "latest":
+            table = cli(env, "verify", point).stdout
+            assert table.rstrip().endswith("VERIFIED") and "FAILED" not in table
+    backend = {Path(url).name for url in handles if url not in parts}
+    assert backend <= (
+        {"state.json"} if attr == "wordcount_memory" else {"base.parquet", "delta.parquet"}
+    )
+    assert _tree(world.root) == before  # verify writes nothing
+
+
+# ---- damaged copies ------------------------------------------------------------------------
+
+
+def _state(handles: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(h for h in handles if not h["key"].endswith(".jsonl"))
+
+
+def _sink(handles: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(h for h in handles if h["key"].endswith(".jsonl"))
+
+
+DAMAGES = {
+    # name: (which file, what is done to its bytes; None deletes it)
+    "truncated state file": (_state, lambda data: data[: len(data) // 2]),
+    "corrupt state file": (_state, lambda data: b"\x07" * len(data)),
+    "missing state file": (_state, None),
+    "missing sink part": (_sink, None),
+    "grown sink part": (_sink, lambda data: data + b'{"extra": 1}\n'),
+}
+METADATA_DAMAGES = {"garbage _metadata": b"\x00not json at all{", "empty _metadata": b""}
+
+
+def _copy(world: World, attr: str, kind: str, tmp_path: Path) -> tuple[dict[str, str], str, Path]:
+    """A copy of the pipeline's latest checkpoint (the whole storage root) or of its
+    savepoint: ``(env, point, the copied _metadata)``."""
+    if kind == "checkpoint":
+        root = tmp_path / "chk"
+        shutil.copytree(world.root, root)
+        cid = LATEST[attr]
+        return world.env_of(attr, root), cid, root / NAMES[attr] / f"chk-{int(cid):010d}/_metadata"
+    source = Path(world.savepoints[attr].removeprefix("file://"))
+    folder = tmp_path / "copies" / source.name
+    shutil.copytree(source, folder)
+    return world.env_of(attr), folder.as_uri(), folder / "_metadata"
+
+
+def _not_restorable(env: dict[str, str], point: str, url: str, table: bool) -> dict[str, Any]:
+    """``verify --json`` (and, with ``table``, the table) of a damaged point, naming ``url``."""
+    report = json.loads(cli(env, "verify", point, "--json", code=1).stdout)
+    assert report["ok"] is False and url in json.dumps(report), report
+    if table:
+        text = cli(env, "verify", point, code=1).stdout
+        assert text.rstrip().endswith("NOT RESTORABLE") and url in text, text
+    return report
+
+
+COPIES = [
+    (a, k) for a in ("wordcount_table", "wordcount_memory") for k in ("checkpoint", "savepoint")
+]
+
+
+@pytest.mark.parametrize(("attr", "kind"), COPIES, ids=[f"{a}-{k}" for a, k in COPIES])
+def test_a_damaged_copy_is_not_restorable_and_names_the_file(
+    world: World, attr: str, kind: str, tmp_path: Path
+) -> None:
+    for n, (name, (pick, damage)) in enumerate(DAMAGES.items()):
+        env, point, metadata = _copy(world, attr, kind, tmp_path / str(n))
+        folder = metadata.parent if kind == "savepoint" else tmp_path / str(n) / "chk"
+        handle = pick(_handles(metadata))
+        path = folder / handle["key"]
+        if damage is None:
+            path.unlink()
+        else:
+            path.write_bytes(damage(path.read_bytes()))
+        report = _not_restorable(env, point, path.as_uri(), table=n == 0)
+        failed = [c["check"] for c in report["checks"] if not c["ok"]]
+        assert failed == [path.as_uri()], (name, report)
+    for n, (name, data) in enumerate(METADATA_DAMAGES.items(), start=len(DAMAGES)):
+        env, point, metadata = _copy(world, attr, kind, tmp_path / str(n))
+        metadata.write_bytes(data)
+        report = _not_restorable(env, point, metadata.as_uri(), table=n == len(DAMAGES))
+        (row,) = report["checks"]
+        assert row["check"] == "_metadata" and row["ok"] is False, (name, report)
+        assert row["detail"].startswith(f"{metadata.as_uri()} is corrupt (not JSON: "), name
+
+
+def test_latest_falls_back_past_a_corrupt_metadata_with_a_warning(
+    world: World, tmp_path: Path
+) -> None:
+    env, _, _ = _copy(world, "wordcount_table", "checkpoint", tmp_path)
+    newest = tmp_path / "chk" / "wordcount" / "chk-0000000002" / "_metadata"
+    newest.write_bytes(b"")
+    report = json.loads(cli(env, "verify", "latest", "--json").stdout)
+    assert report["ok"] is True
+    assert report["point"] == (tmp_path / "chk" / "wordcount" / "chk-0000000001").as_uri()
+    (warning,) = [c for c in report["checks"] if c.get("warning") and c["check"] == "latest"]
+    assert warning["detail"].startswith(
+        f"FELL BACK to checkpoint 1 because checkpoint 2: {newest.as_uri()} is corrupt"
+    )
