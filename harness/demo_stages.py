@@ -93,7 +93,7 @@ def run(bootstrap: str, spark: Any, root: Path, say=_say) -> dict[str, Any]:
     cycle(0)
     cycle(1)
     view = CheckpointCoordinator(stores[1], configs[1]).view()
-    stats = [(cid.value, view.pending_record(cid).labels["alignment"]) for cid in view.completed]
+    stats = [(cid.value, view.pending_record(cid).alignment) for cid in view.completed]
     counts = read_keyed_state(stores[1], names[1], "bids-per-item-window")
     stages = {"names": names, "pipelines": (join, hot), "stores": stores, "configs": configs,
               "topics": topics, "cycle": cycle}  # fmt: skip
@@ -152,11 +152,11 @@ def report(result: dict[str, Any], say=_say) -> bool:
     say("hot-items checkpoints (alignment statistics, ms):")
     say(f"  {'id':>3} {'mode':<10} {'epoch':>5} {'alignment':>9} {'start delay':>11} "
         f"{'waited':>7}  in flight")  # fmt: skip
-    for cid, a in result["stats"]:
-        inflight = ", ".join(f"{i['channel']} from {i['from']}" for i in a["inflight"]) or "-"
-        switched = f" ({a['switched']})" if "switched" in a else ""
-        say(f"  {cid:>3} {a['mode']:<10} {a['epoch']:>5} {a['alignment_duration_ms']:>9} "
-            f"{a['start_delay_ms']:>11} {a['waited_ms']:>7}  {inflight}{switched}")  # fmt: skip
+    for cid, a in result["stats"]:  # each an InputAlignment (one stage input)
+        inflight = ", ".join(f"{i.channel} from {i.from_offset}" for i in a.inflight) or "-"
+        switched = f" ({a.switched})" if a.switched else ""
+        say(f"  {cid:>3} {a.mode.value:<10} {a.epoch:>5} {a.alignment_duration_ms:>9} "
+            f"{a.start_delay_ms:>11} {a.waited_ms:>7}  {inflight}{switched}")  # fmt: skip
     say("hot item per 10 s window (item, bids):")
     for window, (item, count) in hot_items(result["counts"]).items():
         say(f"  window {window}: {item} ({count})")

@@ -95,8 +95,8 @@ def _inputs(view: PipelineView, cid: CheckpointId) -> tuple[StageInput, ...] | s
             return "at-least-once (no alignment)"
         if part.inflight:
             return "unaligned, with in-flight channel state"
-        if part.upstream is None or part.epoch is None:
-            return "taken before stage inputs recorded their upstream"
+        if part.upstream is None or part.epoch is None or not part.topics:
+            return "taken before stage inputs recorded their upstream and topics"
         inputs.append(StageInput(part.upstream, part.epoch, part.topics))
     return tuple(inputs)
 

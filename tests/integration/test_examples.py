@@ -83,13 +83,13 @@ def test_nexmark_stages_one_aligned_one_unaligned_checkpoint_exact_counts(
 
     result = run(kafka_bootstrap, spark, tmp_path, say=lambda message: None)
     stats = dict(result["stats"])
-    assert [stats[cid]["mode"] for cid in sorted(stats)] == [
+    assert [stats[cid].mode.value for cid in sorted(stats)] == [
         "aligned", "unaligned", "aligned", "aligned"
     ]  # fmt: skip
-    assert [stats[cid]["epoch"] for cid in sorted(stats)] == [1, 2, 3, 4]
+    assert [stats[cid].epoch for cid in sorted(stats)] == [1, 2, 3, 4]
     unaligned = stats[2]
-    assert unaligned["switched"] == "aligned_timeout 1 s"
-    assert [i["channel"].rsplit(":", 1)[1] for i in unaligned["inflight"]] == ["1"]
+    assert unaligned.switched == "aligned_timeout 1 s"
+    assert [i.channel.rsplit(":", 1)[1] for i in unaligned.inflight] == ["1"]
     assert result["counts"] == result["truth"]
     assert sum(result["truth"].values()) > 250
     # A global savepoint, a fourth batch, a global restore with parallelism 1 and 3.

@@ -24,6 +24,7 @@ from microcheckpoint.protocol.global_savepoints import (
     restore_global,
 )
 from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.records.alignment import InputAlignment
 from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import FileStore
@@ -121,7 +122,9 @@ def test_a_global_restore_with_other_parallelisms_equals_a_failure_free_run(
 
     def alignment_epoch(cid: int) -> int:
         view = scan(store2, Layout(s2))
-        return view.pending_record(CheckpointId(cid)).labels["alignment"]["epoch"]
+        alignment = view.pending_record(CheckpointId(cid)).alignment
+        assert isinstance(alignment, InputAlignment)
+        return alignment.epoch or 0
 
     # Before the savepoint: stage 1 runs ahead of stage 2 by one epoch.
     assert [cycle(1) for _ in range(CUT)] == [1, 2, 3]

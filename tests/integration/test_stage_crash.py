@@ -34,6 +34,7 @@ from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.faults import SLOW_CHANNEL_ENV
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.markers import marker_of
+from microcheckpoint.protocol.records.alignment import AlignmentMode
 from microcheckpoint.sinks.kafka import read_topic
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import open_store
@@ -147,7 +148,7 @@ class Story:
         assert rows == Counter(dict.fromkeys(self.produced, 1))
         config = CheckpointConfig.from_mapping({"pipeline": "stage-b", "storage": self.storage})
         view = CheckpointCoordinator(store, config).view()
-        return [view.pending_record(cid).labels["alignment"] for cid in view.completed]
+        return [view.pending_record(cid).alignment for cid in view.completed]
 
 
 def test_each_stage_killed_at_every_point_counts_every_record_once(
@@ -170,4 +171,4 @@ def test_each_stage_killed_at_every_point_counts_every_record_once(
             story.run("a")
             story.run("b")
     # Every completed stage-b checkpoint aligned on one stage-a epoch.
-    assert {a["mode"] for a in story.check()} == {"aligned"}
+    assert {a.mode for a in story.check()} == {AlignmentMode.ALIGNED}

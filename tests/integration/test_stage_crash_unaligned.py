@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from microcheckpoint.protocol.records.alignment import AlignmentMode
 from tests.integration.test_crash_recovery import CRASH_POINTS
 from tests.integration.test_stage_crash import CONFIGS, SEED, Story
 
@@ -37,8 +38,8 @@ def test_unaligned_stages_killed_at_every_point_count_every_record_once(
         # range), so the next round's b again waits for a's new markers.
         story.run("b")
     alignments = story.check()
-    assert {a["mode"] for a in alignments} == {"unaligned"}
+    assert {a.mode for a in alignments} == {AlignmentMode.UNALIGNED}
     # Cuts really left the slow channel in flight (more than a few: most rounds do).
     slow = [f"{story.internal}:1"]
-    inflight = [a for a in alignments if [i["channel"] for i in a["inflight"]] == slow]
+    inflight = [a for a in alignments if [i.channel for i in a.inflight] == slow]
     assert len(inflight) >= 3, alignments

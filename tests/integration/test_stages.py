@@ -37,6 +37,11 @@ from microcheckpoint.errors import NotAligned
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.markers import marker_of
+from microcheckpoint.protocol.records.alignment import (
+    AlignmentMode,
+    InflightChannel,
+    InputAlignment,
+)
 from microcheckpoint.sinks.kafka import read_topic
 from microcheckpoint.sinks.stage import StageSink
 from microcheckpoint.state.reader import read_keyed_state
@@ -158,10 +163,12 @@ def test_each_stage_two_epoch_holds_exactly_one_stage_one_epoch(
     # Every stage-2 checkpoint records its alignment, with Flink's statistics.
     view2 = CheckpointCoordinator(store2, config2).view()
     for epoch in epochs1:
-        alignment = view2.pending_record(view2.completed[epoch - 1]).labels["alignment"]
-        assert alignment["epoch"] == epoch and alignment["channels"] == 2
-        assert alignment["unaligned"] is False
-        assert 0 <= alignment["alignment_duration_ms"] <= alignment["start_delay_ms"]
+        alignment = view2.pending_record(view2.completed[epoch - 1]).alignment
+        assert isinstance(alignment, InputAlignment)
+        assert alignment.epoch == epoch and alignment.channels == 2
+        assert alignment.unaligned is False
+        assert alignment.alignment_duration_ms is not None
+        assert 0 <= alignment.alignment_duration_ms <= (alignment.start_delay_ms or 0)
     # No new stage-1 epoch: stage 2 waits for markers up to its timeout and triggers nothing.
     impatient = CheckpointConfig.from_mapping(
         {"pipeline": s2, "storage": store2.url, "retained": 5, "timeout": 1}
@@ -217,9 +224,9 @@ def test_a_channel_without_its_marker_is_held_back(kafka_bootstrap) -> None:
         producer.close()
         cut, stats = offsets.align(ends, {}, _mode(timeout=10))
         assert cut == {tps[0]: 4, tps[1]: 4}
-        assert stats["epoch"] == 7 and stats["channels"] == 2 and stats["unaligned"] is False
-        assert 500 <= stats["alignment_duration_ms"] <= stats["start_delay_ms"]
-        assert stats["inflight"] == [] and stats["mode"] == "aligned"
+        assert stats.epoch == 7 and stats.channels == 2 and stats.unaligned is False
+        assert 500 <= (stats.alignment_duration_ms or 0) <= (stats.start_delay_ms or 0)
+        assert stats.inflight == () and stats.mode is AlignmentMode.ALIGNED
 
 
 class Channels:
@@ -276,17 +283,17 @@ def test_unaligned_aligned_timeout_and_at_least_once_cut_the_channels(kafka_boot
             cut, stats = offsets.align(ends, {}, _mode(unaligned=True, timeout=30))
             assert time.monotonic() - started < 5
             assert cut == {p0: 4, p1: 3}
-            assert stats["mode"] == "unaligned" and stats["unaligned"] is True
-            assert stats["epoch"] == 7 and "switched" not in stats
-            assert stats["inflight"] == [{"channel": str(p1), "from": 3, "until_marker": 7}]
-            assert stats["persisted_inflight_bytes"] == 0
+            assert stats.mode is AlignmentMode.UNALIGNED and stats.unaligned is True
+            assert stats.epoch == 7 and stats.switched is None
+            assert stats.inflight == (InflightChannel(str(p1), 3, 7),)
+            assert stats.persisted_inflight_bytes == 0
             # Aligned with aligned_timeout: waits 0.5 s for partition 1, then switches.
             cut, stats = offsets.align(ends, {}, _mode(aligned_timeout="500ms", timeout=30))
-            assert cut == {p0: 4, p1: 3} and stats["unaligned"] is True
-            assert stats["switched"] == "aligned_timeout 0.5 s" and stats["waited_ms"] >= 500
+            assert cut == {p0: 4, p1: 3} and stats.unaligned is True
+            assert stats.switched == "aligned_timeout 0.5 s" and stats.waited_ms >= 500
             # At-least-once: no alignment, everything there is.
             cut, stats = offsets.align(ends, {}, _mode(mode="AT_LEAST_ONCE"))
-            assert cut == ends and stats["mode"] == "at_least_once"
+            assert cut == ends and stats == InputAlignment(AlignmentMode.AT_LEAST_ONCE)
             # Epoch 8 everywhere; partition 1 also delivers the rest of epoch 7 and its
             # marker. The next checkpoint starts where the unaligned one ended: partition 1
             # skips marker 7 and both channels end at marker 8 (aligned again).
@@ -348,19 +355,21 @@ def test_unaligned_stage_counts_every_row_exactly_once(spark, kafka_bootstrap, t
         run_cycle(spark, pipeline, aligned, store, bootstrap=kafka_bootstrap, parallelism=2)
         assert read_keyed_state(store, name, "counts") == dict(channels.rows)
         view = CheckpointCoordinator(store, config).view()
-        labels = [view.pending_record(cid).labels["alignment"] for cid in view.completed]
-        assert [a["unaligned"] for a in labels] == [True, True, True, True, False]
-        assert [a["epoch"] for a in labels] == [1, 2, 3, 4, 5]
+        labels = [view.pending_record(cid).alignment for cid in view.completed]
+        assert all(isinstance(a, InputAlignment) for a in labels)
+        assert [a.unaligned for a in labels] == [True, True, True, True, False]
+        assert [a.epoch for a in labels] == [1, 2, 3, 4, 5]
         # The same statistics go into _metadata, for the stage and each of its subtasks.
         for cid in view.completed:
             statistics = view.metadata(cid).statistics
-            assert statistics["alignment"] == view.pending_record(cid).labels["alignment"]
-            assert set(statistics["subtasks"]) == {"in#0", "counts#0", "counts#1"}
-            for subtask in statistics["subtasks"].values():
-                assert subtask["unaligned"] is statistics["alignment"]["unaligned"]
-                assert subtask["persisted_inflight_bytes"] == 0
+            assert statistics is not None and statistics.alignment is not None
+            assert statistics.alignment == view.pending_record(cid).alignment
+            assert set(statistics.subtasks) == {"in#0", "counts#0", "counts#1"}
+            for subtask in statistics.subtasks.values():
+                assert subtask.unaligned is statistics.alignment.unaligned
+                assert subtask.persisted_inflight_bytes == 0
         p1 = str(channels.tps[1])
-        assert [[(i["channel"], i["until_marker"]) for i in a["inflight"]] for a in labels] == [
+        assert [[(i.channel, i.until_marker) for i in a.inflight] for a in labels] == [
             [(p1, 1)],
             [(p1, 2)],
             [(p1, 3)],
@@ -391,8 +400,8 @@ def test_at_least_once_stages_write_no_markers_and_lose_nothing(
     # Stage 2 read everything there was without aligning: every word's final count.
     assert read_keyed_state(store2, s2, "maxes") == dict(TRUTH)
     view = CheckpointCoordinator(store2, _config(store2, s2, None)).view()
-    alignment = view.pending_record(view.completed[-1]).labels["alignment"]
-    assert alignment["mode"] == "at_least_once"
+    alignment = view.pending_record(view.completed[-1]).alignment
+    assert alignment == InputAlignment(AlignmentMode.AT_LEAST_ONCE)
 
 
 def _join(auction, auctions, bids, state):
@@ -482,12 +491,10 @@ def test_a_fan_in_stage_aligns_each_input_on_its_own_upstream(kafka_bootstrap) -
             ends = union.end_offsets([*a.tps, *b.tps])
             cut, stats = union.align(ends, {}, _mode(aligned_timeout="300ms", timeout=30))
         assert cut == {a.tps[0]: 2, a.tps[1]: 2, b.tps[0]: 3, b.tps[1]: 2}
-        assert stats["unaligned"] is True
-        assert stats["inputs"]["a"]["mode"] == "aligned" and stats["inputs"]["a"]["epoch"] == 3
-        assert stats["inputs"]["b"]["mode"] == "unaligned" and stats["inputs"]["b"]["epoch"] == 9
-        assert stats["inputs"]["b"]["inflight"] == [
-            {"channel": str(b.tps[1]), "from": 2, "until_marker": 9}
-        ]
+        assert stats.unaligned is True
+        assert (stats.inputs["a"].mode, stats.inputs["a"].epoch) == (AlignmentMode.ALIGNED, 3)
+        assert (stats.inputs["b"].mode, stats.inputs["b"].epoch) == (AlignmentMode.UNALIGNED, 9)
+        assert stats.inputs["b"].inflight == (InflightChannel(str(b.tps[1]), 2, 9),)
     finally:
         a.close()
         b.close()
