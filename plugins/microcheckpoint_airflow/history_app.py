@@ -10,8 +10,12 @@ in the UI's navigation (``external_views``):
 - ``/microcheckpoint/api/openapi.json`` — the API's schema.
 
 Every route needs Airflow's login (its FastAPI security dependency: the UI's session or a
-bearer token), so an anonymous request gets 401; a pipeline's data needs read access to
-its DAG. FastAPI's interactive docs pages load their scripts from a CDN: they are off.
+bearer token). An anonymous person opening the page is sent to the auth manager's login
+and back (``page_login``); the JSON API answers 401 as JSON. A pipeline's data needs read
+access to its DAG. FastAPI's interactive docs pages load their scripts from a CDN: they
+are off. The page's CSS and script are files under ``/microcheckpoint/static/`` (public:
+they hold no data). Opened without ``?pipeline=`` (Airflow's menu), the page shows the
+pipeline whose newest checkpoint was triggered last, so the menu lands on data.
 
 The pipelines come from the registry the DAG files write when they are parsed
 (``registry``), limited to DAGs Airflow still has: the API server executes no DAG file.
@@ -33,15 +37,17 @@ from typing import Any
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_view
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from microcheckpoint.errors import CheckpointNotFound
 from microcheckpoint.protocol.history import checkpoint_detail, checkpoint_history
-from microcheckpoint_airflow.history_page import render_page
+from microcheckpoint_airflow import page_login
+from microcheckpoint_airflow.history_page import STATIC, render_page
 from microcheckpoint_airflow.registry import registered
 
-__all__ = ["app", "pipelines_for"]
+__all__ = ["app", "newest_pipeline", "pipelines_for"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,8 @@ app = FastAPI(
     openapi_url=None,
     dependencies=[Depends(requires_access_view(AccessView.WEBSITE))],
 )
+app.mount("/static", StaticFiles(directory=STATIC), name="static")
+page_login.install(app)
 
 
 class TimedCache:
@@ -245,15 +253,36 @@ def pipeline_checkpoint(name: str, checkpoint: int, user: GetUserDep) -> dict[st
     return _detail(_entry(name, user), checkpoint)
 
 
+def newest_pipeline(entries: dict[str, dict[str, Any]]) -> str | None:
+    """The pipeline whose newest checkpoint was triggered last; None when none has a
+    checkpoint. A pipeline whose storage cannot be read is passed over (its tab says why).
+    Ties go to the first name."""
+    best, newest = None, -1
+    for name in sorted(entries):
+        try:
+            rows = _history(entries[name])["checkpoints"]
+        except HTTPException:
+            continue
+        times = [r["trigger_time_ms"] for r in rows if r.get("trigger_time_ms") is not None]
+        if times and max(times) > newest:
+            best, newest = name, max(times)
+    return best
+
+
 @app.get("/", response_class=HTMLResponse)
 def index(
+    request: Request,
     user: GetUserDep,
     pipeline: str | None = Query(None),
     checkpoint: int | None = Query(None),
 ) -> str:
+    """The page: ``pipeline``'s history (else the one with the newest checkpoint), and
+    ``checkpoint``'s details when given."""
     entries = pipelines_for(user)
     names = sorted(entries)
-    current = pipeline if pipeline in entries else (names[0] if names else None)
+    current = pipeline if pipeline in entries else None
+    if current is None and names:
+        current = newest_pipeline(entries) or names[0]
     data = detail = error = None
     warnings: list[dict[str, Any]] = []
     if pipeline is not None and pipeline not in entries:
@@ -266,4 +295,7 @@ def index(
                 detail = _detail(entries[current], checkpoint)
         except HTTPException as exc:
             error = str(exc.detail)
-    return render_page(names, current, data, error=error, detail=detail, warnings=warnings)
+    static = request.scope.get("root_path", "") + "/static"
+    return render_page(
+        names, current, data, error=error, detail=detail, warnings=warnings, static=static
+    )

@@ -9,11 +9,12 @@ import re
 from datetime import datetime
 from pathlib import Path
 
+from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.history import checkpoint_detail, checkpoint_history
 from microcheckpoint_airflow import pipeline_dags
 from microcheckpoint_airflow.history_app import TimedCache
-from microcheckpoint_airflow.history_page import duration, render_page, size
+from microcheckpoint_airflow.history_page import STATIC, TEMPLATES, render_page
 from microcheckpoint_airflow.registry import register, registered
 from tests.unit.conftest import TP0, TP1
 from tests.unit.plugin.test_factory import make_spec
@@ -55,16 +56,6 @@ def test_storage_reads_are_cached_briefly() -> None:
     assert cache.get("k", make) == 3
 
 
-def test_units() -> None:
-    assert [size(None), size(512), size(1536), size(5 * 2**20)] == [
-        "\u2013",
-        "512 B",
-        "1.5 KiB",
-        "5.0 MiB",
-    ]
-    assert [duration(850), duration(3200), duration(125_000)] == ["850 ms", "3.2 s", "2m 05s"]
-
-
 def test_the_page_shows_counts_plots_and_a_corrupt_checkpoint_as_one_row(h) -> None:
     coord = h.coordinator(retained=10)
     for end in (3, 6, 9):
@@ -95,10 +86,93 @@ def test_the_page_shows_counts_plots_and_a_corrupt_checkpoint_as_one_row(h) -> N
         ("Records per checkpoint", "2"),
     ]
     assert "Checkpoint #3" in page and "<code>agg#0</code>" in page  # the subtasks
-    assert "cdn" not in page.lower() and "<script src" not in page  # nothing from elsewhere
+    # Nothing from elsewhere: the CSS and the script are the plugin's own static files.
+    assert re.findall(r'(?:src|href)="([^"?#]+\.(?:css|js))"', page) == [
+        "static/checkpoints.css",
+        "static/checkpoints.js",
+    ]
+    assert {p.name for p in STATIC.iterdir()} == {"checkpoints.css", "checkpoints.js"}
+    assert "<style" not in page and " onclick=" not in page and page.count("<script") == 1
 
 
 def test_a_storage_error_is_said_on_the_page() -> None:
     page = render_page(["pipe"], "pipe", None, error="cannot read the checkpoints of 'pipe'")
-    assert 'data-error="1"' in page and "cannot read the checkpoints of &#x27;pipe&#x27;" in page
+    assert 'data-error="1"' in page and "cannot read the checkpoints of &#39;pipe&#39;" in page
     assert "No pipelines" in render_page([], None, None)
+
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def test_markup_in_a_name_label_or_error_is_shown_as_text(h) -> None:
+    """The page is rendered by an autoescaping template: a pipeline, a run label, a reason or
+    a setting holding markup is text on the page, never a script."""
+    assert TEMPLATES.joinpath("checkpoints.html").is_file()
+    coord = h.coordinator(retained=10)
+    h.epoch(coord, {TP0: 3, TP1: 3})
+    data = checkpoint_history(h.store, "pipe")
+    data["checkpoints"][0]["labels"] = {"dag_id": SCRIPT, "run_id": SCRIPT}
+    data["checkpoints"][0]["reason"] = SCRIPT
+    data["config"]["topics"] = [SCRIPT]
+    data["storage"] = SCRIPT
+    name = f"pipe{SCRIPT}"
+    page = render_page([name], name, data, error=SCRIPT, warnings=[{"message": SCRIPT}])
+    assert "<script>alert" not in page
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    # the tab, the title, the error, the storage, the run link (twice: title and text),
+    # the reason, the replay box and the topics setting
+    assert page.count(escaped) == 10
+    assert page.count("<script") == 1  # the page's own script file
+
+
+def test_the_configuration_reads_in_words_with_units(h) -> None:
+    coord = h.coordinator(retained=10)
+    h.epoch(coord, {TP0: 3, TP1: 3})
+    data = checkpoint_history(h.store, "pipe")
+    config = {"pipeline": "pipe", "storage": "s3://bucket/chk", "topics": ["lines"]}
+    data["config"] = CheckpointConfig.from_mapping(
+        {**config, "timeout": "10min", "min_pause": 0, "interval": "90s"}
+    ).to_mapping()
+    page = render_page(["pipe"], "pipe", data)
+    shown = dict(re.findall(r'<tr data-setting="[^"]*"><td>([^<]*)</td><td>([^<]*)</td>', page))
+    assert shown == {
+        "Pipeline": "pipe",
+        "Checkpoint storage": "s3://bucket/chk",
+        "Topics": "lines",
+        "Kafka group id": "default (microcheckpoint-&lt;pipeline&gt;)",
+        "Mode": "exactly once",
+        "Checkpoint interval": "90 s",
+        "Checkpoint timeout": "10 min",
+        "Min pause": "0 s",
+        "Max concurrent checkpoints": "1",
+        "Tolerable failed checkpoints": "0",
+        "Retained checkpoints": "1",
+        "Externalized checkpoint cleanup": "retain on cancellation",
+        "Unaligned checkpoints": "off",
+        "Aligned checkpoint timeout": "0 s",
+        "Max parallelism": "128",
+        "Max records per checkpoint": "no limit",
+        "Barrier policy": "latest",
+        "Incremental checkpoints": "on",
+        "Startup mode": "group offsets",
+        "Startup timestamp": "\u2013",
+    }
+
+
+def test_a_checkpoints_details_show_each_subtasks_times_and_per_operator(h) -> None:
+    coord = h.coordinator(retained=10)
+    meta = h.epoch(coord, {TP0: 3, TP1: 3})
+    detail = checkpoint_detail(h.store, "pipe", meta.checkpoint_id.value)
+    detail["subtasks"][0].update(end_to_end_ms=1500, sync_ms=12.5, async_ms=0.25)
+    data = checkpoint_history(h.store, "pipe")
+    page = render_page(["pipe"], "pipe", data, detail=detail)
+    task = detail["subtasks"][0]["task"]
+    row = re.search(rf'<tr data-task="{task}">(.*?)</tr>', page, re.S)
+    assert row is not None
+    cells = re.findall(r'<td class="r" data-part="(\w+)" data-ms="([^"]+)">([^<]*)</td>', row[1])
+    assert cells == [
+        ("end_to_end_ms", "1500", "1.5 s"),
+        ("sync_ms", "12.5", "12 ms"),
+        ("async_ms", "0.25", "0.25 ms"),
+    ]
+    assert re.findall(r'<tr data-operator="([^"]+)">', page) == sorted(detail["operators"])
