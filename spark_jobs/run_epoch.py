@@ -12,7 +12,6 @@ the adapters and calls ``microcheckpoint.engine.runner``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -26,32 +25,12 @@ from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.engine.runner import run_epoch
 from microcheckpoint.errors import MicrocheckpointError
 from microcheckpoint.ids import CheckpointId
+from microcheckpoint.ops import StorageSettings, load_pipeline
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
-from microcheckpoint.storage import open_store
 
 
 class BadInput(Exception):
     """An argument is wrong: one line naming it, its value and the fix; exit code 2."""
-
-
-def load_pipeline(spec: str, kwargs: dict | None = None):
-    """``module:attr`` of a Pipeline, or of a function building one from ``kwargs``."""
-    module, _, attr = spec.partition(":")
-    try:
-        found = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        raise BadInput(
-            f"--pipeline {spec!r}: module {exc.name!r} is not importable; give "
-            "module:attribute of a Pipeline on the Python path (run from the project root, "
-            "or set PYTHONPATH)"
-        ) from exc
-    target = getattr(found, attr or "pipeline", None)
-    if target is None:
-        raise BadInput(
-            f"--pipeline {spec!r}: module {module!r} has no attribute {attr or 'pipeline'!r}; "
-            "give module:attribute of a Pipeline"
-        )
-    return target(**(kwargs or {})) if callable(target) else target
 
 
 def json_object(flag: str, text: str) -> dict:
@@ -138,9 +117,14 @@ def main(argv: list[str] | None = None) -> int:
 def _setup(args: argparse.Namespace) -> tuple:
     """The pipeline, its config, the store and the store options, all checked before Spark
     starts."""
-    pipeline = load_pipeline(args.pipeline, json_object("--pipeline-kwargs", args.pipeline_kwargs))
-    options = {"endpoint_url": args.s3_endpoint} if args.storage.startswith("s3://") else {}
-    store = open_store(args.storage, **options)
+    settings = StorageSettings.from_env(args.s3_endpoint)
+    pipeline = load_pipeline(
+        args.pipeline,
+        json_object("--pipeline-kwargs", args.pipeline_kwargs),
+        s3_options=settings.s3_options(),  # one endpoint for every S3 client of the run
+    )
+    options = settings.options(args.storage)
+    store = settings.open(args.storage)
     config = CheckpointConfig.from_mapping(
         {
             "pipeline": pipeline.name,

@@ -26,14 +26,14 @@ def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     [
         (
             ["--pipeline", "examples.nope:pipeline"],
-            "run_epoch.py: --pipeline 'examples.nope:pipeline': module 'examples.nope' is not "
-            "importable; give module:attribute of a Pipeline on the Python path (run from the "
-            "project root, or set PYTHONPATH)",
+            "run_epoch.py: config field 'pipeline module' = 'examples.nope:pipeline' is invalid: "
+            "module 'examples.nope' is not importable; give module:attribute of a Pipeline on "
+            "the Python path (run from the project root, or set PYTHONPATH)",
         ),
         (
             ["--pipeline", "examples.wordcount:nope"],
-            "run_epoch.py: --pipeline 'examples.wordcount:nope': module 'examples.wordcount' "
-            "has no attribute 'nope'; give module:attribute of a Pipeline",
+            "run_epoch.py: config field 'pipeline module' = 'examples.wordcount:nope' is "
+            "invalid: module 'examples.wordcount' has no attribute 'nope'",
         ),
         (
             ["--pipeline", "examples.wordcount:pipeline", "--config", "{timeout: 1}"],

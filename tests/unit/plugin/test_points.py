@@ -72,8 +72,8 @@ def test_split_location_refuses_a_url_outside_every_root(url: str) -> None:
     assert caught.value.value == url
     assert str(caught.value) == (
         f"config field 'target' = {url!r} is invalid: a location under one of the configured "
-        "roots (file:///a/b, s3://bkt/pre); add the root to savepoint_roots in the DAG file "
-        "to allow it"
+        "roots (file:///a/b, s3://bkt/pre); add its root to savepoint_roots (Airflow) or "
+        "--savepoint-root (CLI) to allow it"
     )
 
 
