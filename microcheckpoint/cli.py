@@ -485,7 +485,7 @@ def restore_point(
 ) -> None:
     """Re-base the pipeline on a checkpoint or savepoint; its next run starts there."""
     target: Target = ctx.obj
-    pipe = target.pipe
+    pipe = target.known()
     uids = None
     if module:
         uids = load_pipeline(module, name=pipe.name).uids
@@ -720,9 +720,9 @@ def _cycle(
         finally:
             if not remote:
                 spark.stop()
-    kind = "full" if full else "incremental" if pipe.config.incremental else "full"
     out.print(
-        f"checkpoint {result.checkpoint_id} completed ({kind}): {result.records} records "
+        f"checkpoint {result.checkpoint_id} completed{' (full)' if full else ''}: "
+        f"{result.records} records "
         f"(attempt {run_attempt(result.attempt)})",
         markup=False,
     )

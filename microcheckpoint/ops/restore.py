@@ -151,7 +151,6 @@ def apply_restore(
     # Step 2 and 3: a person restored it: failures are acknowledged, triggering resumes.
     coord.reset_failures()
     coord.resume()
-    coord.store.delete(coord.layout.cancelled)
     return marker
 
 

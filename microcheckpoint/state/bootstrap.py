@@ -203,10 +203,16 @@ def bootstrap_savepoint(
         subtask = subtask_for_key_group(max_parallelism, parallelism, kg)
         groups[subtask].setdefault(kg, {})[ck] = (state, now_ms)
     # Step 4: read every other operator's files first, so a missing one writes nothing.
-    carried = {
-        task: (ack, [_read(store, meta, h) for h in ack.handles])  # type: ignore[arg-type]
+    # A sink's staged parts are output the checkpoint already published, not state: they
+    # are left behind (the sink's ack stays, without files).
+    kept = {
+        task: replace(ack, handles=tuple(h for h in ack.handles if not _sink_part(task, h)))
         for task, ack in (meta.acks.items() if meta else ())
         if task.uid.value != uid
+    }
+    carried = {
+        task: (ack, [_read(store, meta, h) for h in ack.handles])  # type: ignore[arg-type]
+        for task, ack in kept.items()
     }
     # Step 5: the files. The imported operator: one base file per subtask holding keys, as
     # a compacting subtask writes it. The others: their files, unchanged.
@@ -252,6 +258,11 @@ def bootstrap_savepoint(
         carried_from=cid,
         carried_uids=tuple(sorted({t.uid.value for t in carried})),
     )
+
+
+def _sink_part(task: TaskId, handle: StateHandle) -> bool:
+    """A staged sink part (``Layout.sink_part``), in a checkpoint or a savepoint's copy."""
+    return f"sink/{task.uid}/part-" in handle.key
 
 
 def _max_parallelism(meta: CheckpointMetadata | None, given: int | None) -> int:

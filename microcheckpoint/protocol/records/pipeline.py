@@ -138,7 +138,7 @@ class FailuresReset:
 
 @dataclass(frozen=True)
 class CancelRecord:
-    """``_cancelled``: the pipeline was cancelled; the last one stays until a restore.
+    """``_cancelled``: the pipeline's last cancel (it stays: it keeps the ids unique).
 
     ``after_id`` is the highest checkpoint id allocated before the cancel: ids are never
     reused, even when the cancel deleted every checkpoint (sinks publish each epoch once
