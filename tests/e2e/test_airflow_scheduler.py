@@ -20,15 +20,20 @@ The story, in order (the tests share one Airflow and run top to bottom):
    first stage's Asset events, waits for aligned inputs with its deferrable sensor, and
    counts exactly the true bids per item and window; a global savepoint, more input, then
    a global restore of both stages with other parallelisms gives the true counts again;
-8. no credential (the S3 secret key, the admin password, the JWT secret) is in any log.
+8. a misspelt key in a trigger's conf (REST API, ``airflow dags trigger``) fails the first
+   task of each kind of DAG with a did-you-mean; nothing is stored, nothing is unpaused;
+9. no credential (the S3 secret key, the admin password, the JWT secret) is in any log.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
@@ -762,6 +767,141 @@ def test_stage_dags_run_on_asset_events_and_restore_globally(world: World):
     ]
     world.api.set_paused(f"{JOIN}_pipeline", True)
     world.api.set_paused(f"{HOT}_pipeline", True)
+
+
+def _stored(world: World) -> dict[str, bytes]:
+    """Every object of the checkpoint storage (all pipelines), listed and read."""
+    objects = {}
+    for key in sorted(world.store.list()):
+        stored = world.store.get(key)
+        assert stored is not None, f"{key} was listed, then gone: something is writing"
+        objects[key] = stored.data
+    return objects
+
+
+def _failure(world: World, dag_id: str, run_id: str, task_id: str) -> tuple[int, list[str]]:
+    """The try number of a failed task and the exception messages its log shows (REST API)."""
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}"
+    task = world.api.get(path)
+    assert task["state"] == "failed", task
+    log = world.api.get(f"{path}/logs/{task['try_number']}?full_content=true")
+    errors = [
+        f"{detail['exc_type']}: {detail['exc_value']}"
+        for entry in log["content"]
+        if isinstance(entry, dict)
+        for detail in entry.get("error_detail") or []
+    ]
+    return task["try_number"], errors
+
+
+UNKNOWN_KEY = "config field {key!r} = {value!r} is invalid: "
+# One misspelt key per DAG kind: the DAG, the conf sent, its first task, the message after
+# UNKNOWN_KEY.
+REFUSED = [
+    (
+        "wordcount_restore",
+        {"point": "latest", "paralelism": 3},
+        "validate_point",
+        "not a field of wordcount_restore's form; did you mean 'parallelism'? known: "
+        "allow_non_restored_state, claim_mode, parallelism, point, resume",
+    ),
+    (
+        "wordcount_savepoint",
+        {"targt": "", "stop": True},
+        "validate_target",
+        "not a field of wordcount_savepoint's form; did you mean 'target'? known: stop, target",
+    ),
+    (
+        "wordcount_hourly_pipeline",
+        {"paralelism": 3},
+        "wait_min_pause",
+        "wordcount_hourly_pipeline declares no params; trigger it without a conf",
+    ),
+    (
+        "nexmark_global_restore",
+        {"point": "s3://nowhere/global", "paralelism": {HOT: 2}},
+        "validate_point",
+        "not a field of nexmark_global_restore's form; did you mean 'parallelism'? known: "
+        "claim_mode, parallelism, point, resume",
+    ),
+    (
+        "nexmark_global_savepoint",
+        {"targt": ""},
+        "take_global_savepoint",
+        "not a field of nexmark_global_savepoint's form; did you mean 'target'? known: target",
+    ),
+]
+
+
+def _idle(world: World) -> list[str]:
+    """Pause the pipelines that a trigger must not find running, with no run half done, and
+    let the hourly backfill end (its DAG stays active: its schedule ended, runs it is given
+    still run); returns the pipeline DAGs."""
+    if world.history()["latest_completed"] is None:  # this test alone: one checkpoint first
+        world.api.set_paused("wordcount_pipeline", False)
+        wait_for("a wordcount checkpoint", lambda: world.history()["latest_completed"], 240)
+    for dag_id in ("wordcount_pipeline", f"{JOIN}_pipeline", f"{HOT}_pipeline"):
+        world.api.quiesce(dag_id)
+    hourly = "wordcount_hourly_pipeline"
+    wait_for(
+        "the hourly backfill to end",
+        lambda: (
+            _hourly_done(world, 3)
+            and all(r["state"] in ("success", "failed") for r in world.api.runs(hourly))
+        ),
+        300,
+        world.airflow,
+        lambda: _hourly_state(world),
+    )
+    return ["wordcount_pipeline", hourly, f"{JOIN}_pipeline", f"{HOT}_pipeline"]
+
+
+def test_a_misspelt_trigger_key_fails_the_first_task_and_writes_nothing(world: World):
+    world.api.wait_dags([dag_id for dag_id, *_ in REFUSED])
+    pipelines = _idle(world)
+    paused = {dag_id: world.api.dag(dag_id)["is_paused"] for dag_id in pipelines}
+    assert paused["wordcount_pipeline"] is True  # a restore would unpause it
+    before = _stored(world)
+    assert any(key.startswith("wordcount/chk-") for key in before)  # something to restore
+    # Through the REST API, as the UI's Trigger form sends it.
+    runs = [(dag_id, world.api.trigger(dag_id, conf)) for dag_id, conf, *_ in REFUSED]
+    # And through `airflow dags trigger`, with the Airflow's own environment.
+    cli_run = f"manual__misspelt-{uuid.uuid4().hex[:8]}"
+    conf = {"paralelism": 3}
+    command = [str(Path(sys.executable).with_name("airflow")), "dags", "trigger"]
+    done = subprocess.run(
+        [*command, "wordcount_restore", "--conf", json.dumps(conf), "--run-id", cli_run],
+        env=world.airflow.env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = [(run, *case) for run, case in zip(runs, REFUSED, strict=True)]
+    cases.append((("wordcount_restore", cli_run), "wordcount_restore", conf, *REFUSED[0][2:]))
+    for (dag_id, run_id), _, sent, first, expected in cases:
+        assert world.api.wait_run(dag_id, run_id, 240) == "failed", (dag_id, run_id)
+        key = next(k for k in sorted(sent) if k in ("paralelism", "targt"))
+        message = UNKNOWN_KEY.format(key=key, value=sent[key]) + expected
+        # The first task failed at once (no retry), with the one-line message in its log.
+        assert _failure(world, dag_id, run_id, first) == (
+            1,
+            [f"AirflowFailException: {message}"],
+        ), dag_id
+        states = world.api.task_states(dag_id, run_id)
+        ran = {task for task, state in states.items() if state not in ("upstream_failed", None)}
+        # Only the first task and the clean-up tasks that run when one fails have run.
+        assert ran == {first} | {
+            "wordcount_savepoint": {"resume_on_failure"},
+            "wordcount_hourly_pipeline": {"abort_on_failure"},
+        }.get(dag_id, set()), states
+    # The savepoint run's clean-up found no stop of its own to undo.
+    savepoint_run = runs[1][1]
+    assert world.api.xcom("wordcount_savepoint", savepoint_run, "resume_on_failure") is False
+    after = _stored(world)
+    assert sorted(after) == sorted(before)
+    assert after == before
+    assert {dag_id: world.api.dag(dag_id)["is_paused"] for dag_id in pipelines} == paused
 
 
 def test_no_credential_appears_in_any_log(world: World, s3_endpoint, service_log_dir):
