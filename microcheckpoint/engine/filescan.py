@@ -39,7 +39,8 @@ def file_frame(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from microcheckpoint.adapters.file_offsets import data_files
-    from microcheckpoint.storage import FileStore, open_store
+    from microcheckpoint.adapters.stores import open_store
+    from microcheckpoint.storage import FileStore
 
     store = open_store(source.url, **options)
     arrow = _file_schema(store, source, names or data_files(store)[:1])

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
@@ -31,7 +32,6 @@ from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import key_group_range
 from microcheckpoint.state.subtask import SubtaskState
-from microcheckpoint.storage import open_store
 
 __all__ = ["AGGREGATE", "OperatorContext", "merge_aggregate", "process_subtask"]
 

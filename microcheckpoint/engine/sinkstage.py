@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.errors import MetadataFormatError
@@ -26,7 +27,7 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import EpochInfo, Sink
 from microcheckpoint.state.handles import StateHandle
-from microcheckpoint.storage import ObjectStore, open_store
+from microcheckpoint.storage import ObjectStore
 
 if TYPE_CHECKING:
     from microcheckpoint.engine.api import Pipeline

@@ -202,7 +202,7 @@ class FileReader:
 
         import pyarrow.parquet as pq
 
-        from microcheckpoint.storage import open_store
+        from microcheckpoint.adapters.stores import open_store
 
         store = open_store(self.url, **self.store_options)
         for batch in batches:
@@ -233,9 +233,9 @@ def source_offsets(source: Any, kafka: Any, store_options: dict[str, Any] | None
     internal topic's (cut at the upstream stage's markers), or several inputs'."""
     from microcheckpoint.adapters.file_offsets import FileOffsets, HybridOffsets
     from microcheckpoint.adapters.stage_offsets import StageOffsets
+    from microcheckpoint.adapters.stores import open_store
     from microcheckpoint.adapters.union_offsets import UnionOffsets
     from microcheckpoint.engine.api import FileSource, HybridSource, StageSource, UnionSource
-    from microcheckpoint.storage import open_store
 
     def folder(files: FileSource) -> FileOffsets:
         store = open_store(files.url, **(store_options or {}))

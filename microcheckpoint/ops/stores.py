@@ -14,8 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.errors import ConfigError
-from microcheckpoint.storage import ObjectStore, open_store
+from microcheckpoint.storage import ObjectStore
 
 __all__ = ["ENV_ENDPOINT", "Locations", "StorageSettings"]
 

@@ -15,9 +15,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.errors import ConfigError, StorageError
 from microcheckpoint.sinks.base import EpochInfo, Row, Sink
-from microcheckpoint.storage import ObjectStore, WriteOutcome, open_store, write_once
+from microcheckpoint.storage import ObjectStore, WriteOutcome, write_once
 
 __all__ = ["FileSink", "read_committed"]
 

@@ -1,8 +1,11 @@
-"""Checkpoint storage: the port, the file store, and opening a store by URL."""
+"""Checkpoint storage: the port and the file store.
+
+Opening a store by URL (the file store or S3) is ``microcheckpoint.adapters.stores.open_store``:
+the S3 store is an adapter, and this package imports none.
+"""
 
 from __future__ import annotations
 
-from microcheckpoint.errors import StorageError
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import ObjectStore, StoredObject, WriteOutcome, swap, write_once
 
@@ -11,24 +14,6 @@ __all__ = [
     "ObjectStore",
     "StoredObject",
     "WriteOutcome",
-    "open_store",
     "swap",
     "write_once",
 ]
-
-
-def open_store(url: str, **s3_options: object) -> ObjectStore:
-    """Open checkpoint storage by root URL: ``file:///path`` or ``s3://bucket/prefix``.
-
-    ``s3_options`` (endpoint_url, region, credentials) go to the S3 adapter, which is
-    imported only here, so the core stays free of boto3.
-    """
-    if url.startswith("file://"):
-        return FileStore(url)
-    if url.startswith("s3://"):
-        from microcheckpoint.adapters.s3 import S3Store
-
-        return S3Store.from_url(url, **s3_options)  # type: ignore[arg-type]
-    raise StorageError(
-        f"unsupported checkpoint storage URL {url!r}: use file:///absolute/path or s3://bucket/prefix"
-    )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.errors import NotAligned
 from microcheckpoint.ids import CheckpointId
@@ -21,7 +22,6 @@ from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.records import AbortReason, PendingRecord, read
 from microcheckpoint.protocol.recovery import alignment_wait
 from microcheckpoint.protocol.view import CheckpointStatus
-from microcheckpoint.storage import open_store
 
 __all__ = ["AlignmentProbe", "Check", "CheckState", "KINDS", "deadline_checker", "run_check"]
 

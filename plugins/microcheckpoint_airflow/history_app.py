@@ -155,7 +155,7 @@ def _open_store(storage: str, conn_id: str) -> Any:
     try:
         return CheckpointStorageHook(conn_id).get_store(storage)
     except Exception:  # no connection access here: the environment's credentials
-        from microcheckpoint.storage import open_store
+        from microcheckpoint.adapters.stores import open_store
 
         endpoint = os.environ.get("MICROCHECKPOINT_S3_ENDPOINT")
         options = {"endpoint_url": endpoint} if endpoint else {}

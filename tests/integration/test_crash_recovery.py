@@ -42,6 +42,7 @@ from kafka import KafkaProducer
 
 from harness.faults import crash_env
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.faults import CRASH_ENV
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
@@ -50,7 +51,6 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import CheckpointMetadata, decode_metadata
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.state.reader import read_keyed_state
-from microcheckpoint.storage import open_store
 
 pytestmark = pytest.mark.integration
 

@@ -30,6 +30,7 @@ import pytest
 from kafka import KafkaProducer
 
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.faults import SLOW_CHANNEL_ENV
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
@@ -37,7 +38,6 @@ from microcheckpoint.protocol.markers import marker_of
 from microcheckpoint.protocol.records.alignment import AlignmentMode
 from microcheckpoint.sinks.kafka import read_topic
 from microcheckpoint.state.reader import read_keyed_state
-from microcheckpoint.storage import open_store
 from tests.integration.test_crash_recovery import (
     CRASH_POINTS,
     KEYS,

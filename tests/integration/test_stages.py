@@ -305,7 +305,7 @@ def test_unaligned_aligned_timeout_and_at_least_once_cut_the_channels(kafka_boot
             ends = kafka.end_offsets(channels.tps)
             cut, stats = offsets.align(ends, {p0: 4, p1: 3}, _mode(timeout=10))
             assert cut == {p0: 6, p1: 7} == ends
-            assert stats["mode"] == "aligned" and stats["epoch"] == 8 and stats["inflight"] == []
+            assert (stats.mode, stats.epoch, stats.inflight) == (AlignmentMode.ALIGNED, 8, ())
     finally:
         channels.close()
 

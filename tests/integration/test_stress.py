@@ -40,6 +40,7 @@ import pytest
 
 from harness.stress import Kind, Step, Tally, pick, plan_steps
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import ClaimMode
@@ -53,7 +54,6 @@ from microcheckpoint.protocol.savepoints import (
 from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.sinks.files import read_committed
 from microcheckpoint.state.reader import read_keyed_state
-from microcheckpoint.storage import open_store
 from tests.integration.stress_pipeline import SINK
 from tests.integration.test_crash_recovery import (
     KEYS,

@@ -30,6 +30,7 @@ import pytest
 
 from harness.faults import slow_once
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.engine.sinkstage import sink_publisher
 from microcheckpoint.errors import CommitConflict
@@ -39,7 +40,6 @@ from microcheckpoint.protocol.records import Ack
 from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.sinks.files import read_committed
 from microcheckpoint.state.reader import read_keyed_state
-from microcheckpoint.storage import open_store
 from tests.integration.stress_pipeline import SINK, build
 from tests.integration.test_crash_recovery import (
     KEYS,
