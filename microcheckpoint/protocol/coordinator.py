@@ -321,7 +321,7 @@ class CheckpointCoordinator:
         """The files of each file-source partition's range, checked against the previous barrier."""
         if files is None:
             return {}
-        previous = {}
+        previous: Mapping[TopicPartition, tuple[str, ...]] = {}
         if start.previous is not None and start.previous in view.records:
             record = view.records[start.previous]
             if record.status is not CheckpointStatus.DISCARDED:

@@ -110,12 +110,12 @@ def choose_cut(stages: Mapping[str, ObjectStore]) -> dict[str, tuple[int, tuple[
             checkpoints form an aligned cut (the message says what each candidate lacked).
     """
     views = {name: scan(store, Layout(name)) for name, store in stages.items()}
-    upstreams = set()
+    upstreams: set[str] = set()
     for view in views.values():
         for cid in view.completed:
-            found = _inputs(view, cid)
-            if isinstance(found, tuple):
-                upstreams.update(i.upstream for i in found)
+            inputs = _inputs(view, cid)
+            if isinstance(inputs, tuple):
+                upstreams.update(i.upstream for i in inputs)
     unknown = sorted(upstreams - set(stages))
     if unknown:
         raise RestoreError(

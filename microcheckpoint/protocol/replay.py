@@ -219,9 +219,10 @@ def endangered(
     for point in points:
         for tp, offset in sorted(point.kafka_offsets().items(), key=_partition_order):
             start = log_starts[tp]
-            common = {"point": point, "partition": tp, "offset": offset, "log_start": start}
             if offset < start:
-                warnings.append(ReplayWarning(severity=Severity.LOST, now_ms=now_ms, **common))
+                warnings.append(
+                    ReplayWarning(point, tp, offset, start, Severity.LOST, now_ms=now_ms)
+                )
                 continue
             record_time = record_times.get((tp, offset))
             if record_time is None:
@@ -234,6 +235,10 @@ def endangered(
             if deleted_at <= now_ms + horizon_ms:
                 warnings.append(
                     ReplayWarning(
+                        point,
+                        tp,
+                        offset,
+                        start,
                         severity=Severity.SOON,
                         record_time_ms=record_time,
                         retention_ms=retention,
@@ -241,7 +246,6 @@ def endangered(
                         deleted_at_ms=deleted_at,
                         now_ms=now_ms,
                         horizon_ms=horizon_ms,
-                        **common,
                     )
                 )
     return warnings

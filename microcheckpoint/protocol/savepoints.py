@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from microcheckpoint.errors import (
     CheckpointNotFound,
@@ -244,14 +244,16 @@ def resolve_point(
             )
         return point
     match = re.fullmatch(r"(?:chk-)?0*([1-9]\d*)", text)
+    # Asked for by id or URL, choose_restore raises rather than return None.
     if match:
-        return choose_restore(store, pipeline, checkpoint=CheckpointId(int(match.group(1))))
+        cid = CheckpointId(int(match.group(1)))
+        return cast(RestorePoint, choose_restore(store, pipeline, checkpoint=cid))
     if "://" not in text:
         raise ConfigError(
             "point", text, "latest, a checkpoint id (7 or chk-7), or a savepoint folder URL"
         )
     folder_store, prefix = locate(text.rstrip("/").removesuffix("/_metadata"))
-    return choose_restore(store, pipeline, savepoint=(folder_store, prefix))
+    return cast(RestorePoint, choose_restore(store, pipeline, savepoint=(folder_store, prefix)))
 
 
 def _checkpoint_point(view: PipelineView, cid: CheckpointId) -> RestorePoint:

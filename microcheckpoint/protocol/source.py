@@ -157,7 +157,8 @@ def startup_offsets(
     if mode is StartupMode.EARLIEST:
         return beginning
     committed = offsets.committed_group_offsets(config.effective_group_id, tps)
-    return {
-        tp: beginning[tp] if committed[tp] is None else max(committed[tp], beginning[tp])  # type: ignore[type-var]
-        for tp in tps
-    }
+    starts: dict[TopicPartition, int] = {}
+    for tp in tps:
+        offset = committed[tp]
+        starts[tp] = beginning[tp] if offset is None else max(offset, beginning[tp])
+    return starts
