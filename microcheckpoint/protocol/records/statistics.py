@@ -16,8 +16,6 @@ from microcheckpoint.protocol.records.alignment import Alignment, alignment_from
 
 __all__ = ["CheckpointStatistics", "SubtaskStatistics"]
 
-_STAGE_FIELDS = ("alignment_duration_ms", "start_delay_ms", "unaligned", "persisted_inflight_bytes")
-
 
 @dataclass(frozen=True)
 class SubtaskStatistics:
@@ -38,7 +36,12 @@ class SubtaskStatistics:
             "checkpointed_size": self.checkpointed_size,
             "full_size": self.full_size,
         }
-        stage = {name: getattr(self, name) for name in _STAGE_FIELDS}
+        stage = {
+            "alignment_duration_ms": self.alignment_duration_ms,
+            "start_delay_ms": self.start_delay_ms,
+            "unaligned": self.unaligned,
+            "persisted_inflight_bytes": self.persisted_inflight_bytes,
+        }
         body.update({name: value for name, value in stage.items() if value is not None})
         return body
 
