@@ -13,13 +13,15 @@
 5. Prints the checkpoint history and compares the checkpointed counts and the published
    output with a ground truth computed independently (``str.split``).
 
-``make demo KEEP=1`` leaves Airflow and the services running until Ctrl-C.
+``make demo KEEP=1`` leaves Airflow and the services running until Ctrl-C or SIGTERM, and
+prints the ``export`` lines that point the ``microcheckpoint`` command at them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -28,10 +30,12 @@ from collections import Counter
 
 from harness import services
 from harness.airflow_stack import PROJECT_ROOT, AirflowStack, start_airflow
+from harness.services import S3Endpoint
 
 BUCKET = "microcheckpoint-demo"
 STORAGE = f"s3://{BUCKET}/checkpoints"
 TOPIC = "lines"
+PIPELINE = "wordcount"
 
 
 def _say(message: str) -> None:
@@ -41,7 +45,7 @@ def _say(message: str) -> None:
 def _history(store) -> dict:
     from microcheckpoint.protocol.history import checkpoint_history
 
-    return checkpoint_history(store, "wordcount")
+    return checkpoint_history(store, PIPELINE)
 
 
 def _row_text(row: dict) -> str:
@@ -160,14 +164,64 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
             print()
             if keep:
                 print(f"Airflow UI: {airflow.url}  (login {airflow.username} / {airflow.password})")
-                print("KEEP: Airflow and the services keep running; press Ctrl-C to stop them.")
+                print(
+                    f"KEEP: Airflow and the services keep running; press Ctrl-C (or "
+                    f"`kill {os.getpid()}`) to stop them."
+                )
+                print()
+                latest = _history(store)["latest_completed"]
+                lines = cli_exports(s3, stack.kafka_bootstrap, airflow, latest)
+                print("\n".join(lines), flush=True)
                 _wait_for_stop()
             else:
-                print("Airflow and the services are stopped now; `make demo KEEP=1` keeps them")
-                print("running at the end, to look around in the UI.")
+                print("Airflow and the services are stopped now. `make demo KEEP=1` keeps them")
+                print("running at the end, to look around in the UI, and prints `export` lines")
+                print("(storage, pipeline, S3 endpoint and keys, Kafka, Airflow) for the")
+                print("`microcheckpoint` command of README.md's Operating it.")
             return code
         finally:
             airflow.stop()
+
+
+def cli_exports(
+    s3: S3Endpoint, kafka_bootstrap: str, airflow: AirflowStack, latest: int | None
+) -> list[str]:
+    """Shell lines that point the ``microcheckpoint`` command at the demo's services.
+
+    Printed on the demo's standard output only, after the credential scan of the logs
+    (``_check_logs``), and never written to a file: the S3 keys are the moto server's
+    throwaway keys of this run and the Airflow login is generated per run (the UI's login
+    line above prints it too); the scan looks for the S3 secret and the password in every
+    log. Values are quoted for the shell; comment lines keep the block safe to paste whole.
+
+    Args:
+        s3: the demo's S3 server and its keys.
+        kafka_bootstrap: ``host:port`` of the demo's broker.
+        airflow: the demo's Airflow: ``savepoint --stop`` and ``cancel`` pause the
+            pipeline DAG through its REST API with this URL and login.
+        latest: the latest completed checkpoint's id, for the ``show`` example; None (no
+            checkpoint completed) names no id.
+
+    Returns:
+        The lines, comments first, one ``export`` per variable.
+    """
+    variables = {
+        "MICROCHECKPOINT_STORAGE": STORAGE,
+        "MICROCHECKPOINT_PIPELINE": PIPELINE,
+        "MICROCHECKPOINT_S3_ENDPOINT": s3.url,
+        "MICROCHECKPOINT_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+        "MICROCHECKPOINT_AIRFLOW_URL": airflow.url,
+        "MICROCHECKPOINT_AIRFLOW_USER": airflow.username,
+        "MICROCHECKPOINT_AIRFLOW_PASSWORD": airflow.password,
+    }
+    return [
+        "# The microcheckpoint command on this demo (README.md, Operating it): paste into a shell,",
+        f"# then: microcheckpoint list; microcheckpoint show {latest or 'ID'}",
+        *(f"export {name}={shlex.quote(value)}" for name, value in variables.items()),
+        f"# Airflow UI: {airflow.url}/  Checkpoints page: {airflow.url}/microcheckpoint/",
+    ]
 
 
 def _check_logs(output, s3, airflow: AirflowStack) -> int:
