@@ -47,7 +47,7 @@ class StorageSettings:
         return cls(endpoint_url or os.environ.get(ENV_ENDPOINT) or None)
 
     def options(self, url: str) -> dict[str, Any]:
-        """Keyword arguments of ``storage.open_store`` for ``url`` (empty for ``file://``)."""
+        """Keyword arguments of ``adapters.stores.open_store`` for ``url`` (empty for ``file://``)."""
         if not url.startswith("s3://"):
             return {}
         found = {
