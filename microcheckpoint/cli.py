@@ -510,12 +510,14 @@ def verify(
     ctx: typer.Context,
     point: str = typer.Argument(..., help="latest, a checkpoint id, or a savepoint URL"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    bootstrap: str | None = typer.Option(None, help=BOOTSTRAP_HELP),
 ) -> None:
     """A dry-run restore: read the point's _metadata and every state file it references (each
     must decode), check that its staged sink parts are there with their size (sink output is
     not read), and check that its offsets are still in Kafka (not deleted by retention; a
     WARNING when retention deletes them within 24 hours). Changes nothing."""
     target: Target = ctx.obj
+    target.bootstrap = bootstrap or target.bootstrap
     done = dry_run_restore(lambda: _point(target, point), lambda p: _offset_checks(target, p))
     where = done.point.location if done.point else point
     if as_json:
