@@ -839,7 +839,16 @@ def _idle(world: World) -> list[str]:
     still run); returns the pipeline DAGs."""
     if world.history()["latest_completed"] is None:  # this test alone: one checkpoint first
         world.api.set_paused("wordcount_pipeline", False)
-        wait_for("a wordcount checkpoint", lambda: world.history()["latest_completed"], 240)
+        wait_for(
+            "a wordcount checkpoint",
+            lambda: world.history()["latest_completed"],
+            300,
+            world.airflow,
+            lambda: {
+                run["dag_run_id"]: world.api.task_states("wordcount_pipeline", run["dag_run_id"])
+                for run in world.api.runs("wordcount_pipeline")
+            },
+        )
     for dag_id in ("wordcount_pipeline", f"{JOIN}_pipeline", f"{HOT}_pipeline"):
         world.api.quiesce(dag_id)
     hourly = "wordcount_hourly_pipeline"
