@@ -96,7 +96,7 @@ _SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "pipeline": ("Pipeline", str),
     "storage": ("Checkpoint storage", str),
     "topics": ("Topics", lambda v: ", ".join(v) if v else NONE),
-    "group_id": ("Kafka group id", lambda v: v or "default (microcheckpoint-<pipeline>)"),
+    "group_id": ("Kafka group id", lambda v: v or "default"),
     "mode": ("Mode", _words),
     "interval": ("Checkpoint interval", lambda v: span(v, none="none")),
     "timeout": ("Checkpoint timeout", span),
@@ -139,5 +139,10 @@ def settings(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every stored setting as ``(label, text)``: the known ones in Flink's order, then the
     unknown ones by name."""
     known = [setting(name, config[name]) for name in _SETTINGS if name in config]
+    if not config.get("group_id") and "pipeline" in config:
+        # The id Kafka sees, as ``CheckpointConfig.effective_group_id`` derives it.
+        label = _SETTINGS["group_id"][0]
+        default = (label, f"microcheckpoint-{config['pipeline']} (default)")
+        known = [default if row[0] == label else row for row in known]
     rest = [setting(name, config[name]) for name in sorted(config) if name not in _SETTINGS]
     return known + rest

@@ -75,6 +75,7 @@ def test_settings_read_in_words_and_unknown_ones_keep_their_json() -> None:
     assert shown["Barrier policy"] == "data interval"
     assert shown["Startup timestamp"] == "1970-01-01 00:00:00 UTC"
     assert shown["Checkpoint interval"] == "none"
+    assert shown["Kafka group id"] == "microcheckpoint-p (default)"  # the id Kafka sees
     assert list(shown)[-1] == "Future setting" and shown["Future setting"] == '{"a": 1}'
     assert setting("timeout", 600.0) == ("Checkpoint timeout", "10 min")
     assert setting("group_id", "g1") == ("Kafka group id", "g1")

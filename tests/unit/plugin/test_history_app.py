@@ -139,7 +139,7 @@ def test_the_configuration_reads_in_words_with_units(h) -> None:
         "Pipeline": "pipe",
         "Checkpoint storage": "s3://bucket/chk",
         "Topics": "lines",
-        "Kafka group id": "default (microcheckpoint-&lt;pipeline&gt;)",
+        "Kafka group id": "microcheckpoint-pipe (default)",
         "Mode": "exactly once",
         "Checkpoint interval": "90 s",
         "Checkpoint timeout": "10 min",
