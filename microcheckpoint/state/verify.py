@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from microcheckpoint.errors import MetadataFormatError, RestoreError
@@ -85,15 +86,15 @@ class Verification:
         return all(c.ok for c in self.checks)
 
 
-class FileKind:
-    """What a handle references (see the module docstring)."""
+class FileKind(Enum):
+    """What a handle references (see the module docstring); the value names it in rows."""
 
     STATE = "state file"
     SINK_PART = "staged sink part"
     UNKNOWN = "unknown file"
 
 
-def classify(handle: StateHandle, uid: str) -> str:
+def classify(handle: StateHandle, uid: str) -> FileKind:
     """The ``FileKind`` of ``handle`` held by an ack of operator ``uid``, from its key tail.
 
     Edge cases: a ``state.json`` with no key groups is a state file; a key with fewer
@@ -107,10 +108,10 @@ def classify(handle: StateHandle, uid: str) -> str:
     return FileKind.UNKNOWN
 
 
-def _check_file(store: ObjectStore, key: str, handle: StateHandle, kind: str) -> Check:
+def _check_file(store: ObjectStore, key: str, handle: StateHandle, kind: FileKind) -> Check:
     """Step 2 of ``verify_point`` for one file."""
-    url = store.child_url(key)
-    if kind == FileKind.UNKNOWN:
+    url, what = store.child_url(key), kind.value
+    if kind is FileKind.UNKNOWN:
         return Check(
             url,
             False,
@@ -119,23 +120,23 @@ def _check_file(store: ObjectStore, key: str, handle: StateHandle, kind: str) ->
         )
     obj = store.get(key)
     if obj is None:
-        return Check(url, False, f"{kind} is missing; restore another checkpoint or savepoint")
+        return Check(url, False, f"{what} is missing; restore another checkpoint or savepoint")
     if len(obj.data) != handle.size:
         return Check(
             url,
             False,
-            f"{kind} is {len(obj.data)} bytes, its handle says {handle.size}: truncated or "
+            f"{what} is {len(obj.data)} bytes, its handle says {handle.size}: truncated or "
             "replaced; restore another checkpoint or savepoint",
         )
-    if kind == FileKind.SINK_PART:
-        return Check(url, True, f"{kind}, {handle.size} bytes (sink output is not read)")
+    if kind is FileKind.SINK_PART:
+        return Check(url, True, f"{what}, {handle.size} bytes (sink output is not read)")
     from microcheckpoint.state.files import rows_of  # pyarrow: not at the CLI's start
 
     try:
         rows = rows_of(obj.data, handle, url)
     except MetadataFormatError as exc:
         return Check(url, False, str(exc))
-    return Check(url, True, f"{kind}, {handle.size} bytes, {rows.num_rows} rows")
+    return Check(url, True, f"{what}, {handle.size} bytes, {rows.num_rows} rows")
 
 
 def verify_point(point: RestorePoint) -> list[Check]:
@@ -148,7 +149,7 @@ def verify_point(point: RestorePoint) -> list[Check]:
     """
     meta = point.metadata
     # Step 1: the _metadata.
-    files: dict[str, tuple[StateHandle, str]] = {}
+    files: dict[str, tuple[StateHandle, FileKind]] = {}
     for task in sorted(meta.acks, key=str):
         for handle in meta.acks[task].handles:
             key = point.prefix + handle.key if meta.relative else handle.key

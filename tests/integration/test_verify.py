@@ -112,7 +112,8 @@ def _metadata_path(root: Path, pipeline: str, point: str) -> tuple[Path, Path]:
     """``(the _metadata file, the folder its handle keys are relative to)`` of ``point``."""
     if point.startswith("file://"):
         folder = Path(point.removeprefix("file://"))
-        return folder / "_metadata", folder
+        # A checkpoint's handles are keys under the storage root; a savepoint's, its folder's.
+        return folder / "_metadata", root if folder.name.startswith("chk-") else folder
     return root / pipeline / f"chk-{int(point):010d}" / "_metadata", root
 
 
@@ -150,7 +151,8 @@ def test_every_checkpoint_and_savepoint_of_an_example_verifies(
 ) -> None:
     env = world.env_of(attr)
     before = _tree(world.root)
-    points = [*ids, "latest", world.savepoints[attr]]
+    folder = world.root / NAMES[attr] / f"chk-{int(ids[-1]):010d}"
+    points = [*ids, "latest", folder.as_uri(), world.savepoints[attr]]
     if attr == "wordcount_table":
         points.append(world.imported)
     for point in points:
