@@ -161,11 +161,12 @@ class CheckpointDeadlineTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # Step 1
         options = await asyncio.to_thread(self.store_options)
-        # Step 2
-        cid = await self.checkpoint_id()
+        # Step 2: the XCom is asked for only once the task runs (Airflow logs each miss).
+        cid = None
         while cid is None:
             state = await self.id_task_state()
-            cid = await self.checkpoint_id()  # pushed just before the task ended?
+            if state == "running" or state in FINISHED:
+                cid = await self.checkpoint_id()
             if cid is None and state in FINISHED:
                 self.log.info("%s ended (%s) without a checkpoint", self.id_task, state)
                 yield TaskSkippedEvent()
