@@ -14,11 +14,18 @@ what another edge refuses.
 | restore / re-base | ``plan_restore`` + ``apply_restore`` (``restore_pipeline``: the whole) |
 | cancel | ``cancel_pipeline`` |
 | pipelines in a root | ``list_pipelines`` |
+| global savepoint / restore | ``take_global_savepoint``, ``plan_global_restore`` + ``apply_global_restore`` |
 """
 
 from __future__ import annotations
 
 from microcheckpoint.ops.cancel import cancel_pipeline, cleanup_policy
+from microcheckpoint.ops.global_points import (
+    GlobalRestoreRequest,
+    apply_global_restore,
+    plan_global_restore,
+    take_global_savepoint,
+)
 from microcheckpoint.ops.pipelines import load_pipeline
 from microcheckpoint.ops.restore import (
     RestoreRequest,
@@ -40,11 +47,13 @@ from microcheckpoint.ops.stores import Locations, StorageSettings
 from microcheckpoint.ops.target import PipelineTarget, list_pipelines
 
 __all__ = [
+    "GlobalRestoreRequest",
     "Locations",
     "PipelineTarget",
     "RestoreRequest",
     "SavepointTarget",
     "StorageSettings",
+    "apply_global_restore",
     "apply_restore",
     "await_quiet",
     "cancel_pipeline",
@@ -53,10 +62,12 @@ __all__ = [
     "in_flight_now",
     "list_pipelines",
     "load_pipeline",
+    "plan_global_restore",
     "plan_restore",
     "plan_savepoint",
     "restore_pipeline",
     "savepoint_target",
     "stop_with_savepoint",
+    "take_global_savepoint",
     "take_savepoint",
 ]

@@ -524,15 +524,13 @@ def test_global_dags_take_and_restore_every_stage() -> None:
     ],
 )
 def test_a_global_restore_refuses_a_bad_parallelism(raw: str, message: str) -> None:
-    from microcheckpoint_airflow.global_points import ValidateGlobalRestoreOperator
+    from microcheckpoint.ops import StorageSettings
+    from microcheckpoint.ops.global_points import stage_parallelisms
 
     first = make_spec(name="join")
     second = make_spec(name="hot", after="join", checkpointing={"interval": None})
-    task = ValidateGlobalRestoreOperator(
-        task_id="v", name="nex", specs=(first, second), parallelism=raw
-    )
+    targets = [s.target(StorageSettings()) for s in (first, second)]
     with pytest.raises(ConfigError) as err:
-        task.requested_parallelism()
+        stage_parallelisms(raw, targets)
     assert str(err.value).startswith(message)
-    task.parallelism_param = '{"join": 3}'
-    assert task.requested_parallelism() == {"join": 3}
+    assert stage_parallelisms('{"join": 3}', targets) == {"join": 3}
