@@ -154,12 +154,10 @@ def _open_store(storage: str, conn_id: str) -> Any:
 
     try:
         return CheckpointStorageHook(conn_id).get_store(storage)
-    except Exception:  # no connection access here: the environment's credentials
-        from microcheckpoint.adapters.stores import open_store
+    except Exception:  # no connection access here: the environment's settings
+        from microcheckpoint.ops import StorageSettings
 
-        endpoint = os.environ.get("MICROCHECKPOINT_S3_ENDPOINT")
-        options = {"endpoint_url": endpoint} if endpoint else {}
-        return open_store(storage, **options)
+        return StorageSettings.from_env().open(storage)
 
 
 def _entry(name: str, user: Any) -> dict[str, Any]:
