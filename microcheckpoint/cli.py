@@ -125,8 +125,9 @@ class Target:
         self.pipe.require_known()
         return self.pipe
 
-    def pause(self) -> Callable[[], None] | None:
-        """Pausing the pipeline DAG through Airflow's REST API (None without ``--airflow``)."""
+    def pause(self, paused: bool = True) -> Callable[[], None] | None:
+        """Pausing (or unpausing) the pipeline DAG through Airflow's REST API; None without
+        ``--airflow``."""
         if not self.airflow:
             return None
         from microcheckpoint.adapters.airflow_api import AirflowApi
@@ -138,7 +139,7 @@ class Target:
             "--airflow and MICROCHECKPOINT_AIRFLOW_USER/_PASSWORD",
         )
         dag_id = f"{self.pipe.name}_pipeline"
-        return lambda: api.set_paused(dag_id, True) and None
+        return lambda: api.set_paused(dag_id, paused) and None
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -502,6 +503,10 @@ def restore_point(
     out.print(f"restored {pipe.name} from {marker.source}", markup=False)
     if marker.note:
         err.print(f"note: {marker.note}", markup=False)
+    resume = target.pause(paused=False)
+    if resume is not None:
+        resume()  # as the restore DAG does: the pipeline DAG runs again
+        err.print(f"unpaused {pipe.name}_pipeline", markup=False)
 
 
 @app.command()

@@ -225,7 +225,7 @@ def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallel
             for kg in owned:
                 handles.update({h.key: h for h in chains.get(kg, ())})
             task = TaskId.of(op.uid, subtask)
-            ack = Ack(task, plan.attempt, tuple(handles.values()))
+            ack = timer.ack(task, plan.attempt, handles.values())
             acknowledge(store, layout, plan.checkpoint_id, ack)
     for sink in pipeline.sinks:
         for part in range(parallelism):
@@ -260,6 +260,7 @@ def run_epoch(
     """
     faults = faults or Faults.from_env()
     options = dict(store_options or {})
+    pipeline.use_storage(options)  # one endpoint setting for every S3 client of the run
     uids = [op.uid for op in pipeline.operators] + [s.uid for s in pipeline.sinks]
     parallelism = plan.parallelism(*uids)
     # Step 1: the source.
@@ -333,6 +334,6 @@ def run_epoch(
     # Step 4: the source's operator state is the barrier's ends (its sync part: taking them).
     timer = AckTimer()
     offsets = {str(tp): end for tp, end in plan.barrier.ends.items()}
-    source_ack = Ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, (), offsets)
+    source_ack = timer.ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, (), offsets)
     acknowledge(store, Layout(pipeline.name), plan.checkpoint_id, source_ack)
     return EpochResult(plan.checkpoint_id, plan.attempt, plan.barrier.record_count, outputs)

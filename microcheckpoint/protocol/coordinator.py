@@ -44,6 +44,7 @@ from microcheckpoint.protocol.records import (
     AbortReason,
     Ack,
     AttemptRecord,
+    CancelRecord,
     CheckpointMetadata,
     NotifiedRecord,
     OutcomeRecord,
@@ -175,6 +176,11 @@ class CheckpointCoordinator:
         """Allow triggering again (idempotent)."""
         self.store.delete(self.layout.stopped)
 
+    def id_floor(self) -> int:
+        """The highest id a cancel saw: ids stay unique even after it deleted checkpoints."""
+        cancelled = read(self.store, self.layout.cancelled, CancelRecord)
+        return cancelled.after_id if cancelled is not None else 0
+
     # ---- trigger --------------------------------------------------------------------
 
     def trigger_decision(self, view: PipelineView | None = None) -> TriggerDecision:
@@ -279,7 +285,7 @@ class CheckpointCoordinator:
         expected_set = frozenset(expected)
         now = self.now_ms()
         # Step 5: allocate the next free id.
-        cid = view.max_id.next() if view.max_id else CheckpointId(1)
+        cid = CheckpointId(max(view.max_id.value if view.max_id else 0, self.id_floor()) + 1)
         while True:
             record = PendingRecord(
                 pipeline=self.config.pipeline,

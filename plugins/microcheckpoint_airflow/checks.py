@@ -17,6 +17,7 @@ from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.errors import NotAligned
 from microcheckpoint.ids import CheckpointId
+from microcheckpoint.ops import in_flight_now
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.records import AbortReason, PendingRecord, read
@@ -163,9 +164,7 @@ def check_base_state(coord: CheckpointCoordinator, cid: CheckpointId | None) -> 
 
 def check_quiet(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
     """No checkpoint is in flight (expired ones are aborted first)."""
-    coord.abort_expired()
-    view = coord.view()
-    busy = view.in_flight
+    busy = in_flight_now(coord)
     if busy:
         return Check(CheckState.WAIT, f"checkpoint(s) in flight: {[c.value for c in busy]}")
     return Check(CheckState.READY, "no checkpoint in flight")
