@@ -248,7 +248,9 @@ class LocalEpochOperator(PipelineOperator):
         except (AirflowFailException, AirflowSkipException):
             raise
         except (Exception, AirflowTaskTimeout) as exc:  # the timeout is a BaseException
-            raise AirflowFailException(f"checkpoint {cid}: {exc!r}") from exc
+            from microcheckpoint.engine.errors import failure_cause
+
+            raise AirflowFailException(f"checkpoint {cid}: {failure_cause(exc)}") from exc
 
     def process(
         self, cid: CheckpointId, coord: CheckpointCoordinator, pipeline: Any
