@@ -189,10 +189,9 @@ def cli_exports(
     """Shell lines that point the ``microcheckpoint`` command at the demo's services.
 
     Printed on the demo's standard output only, after the credential scan of the logs
-    (``_check_logs``), and never written to a file: the S3 keys are the moto server's
-    throwaway keys of this run and the Airflow login is generated per run (the UI's login
-    line above prints it too); the scan looks for the S3 secret and the password in every
-    log. Values are quoted for the shell; comment lines keep the block safe to paste whole.
+    (``_check_logs``), never to a file: the S3 keys and the Airflow login are this run's
+    throwaway ones, and the scan looks for the secret and the password in every log. Values
+    are quoted for the shell; comment lines keep the block safe to paste whole.
 
     Args:
         s3: the demo's S3 server and its keys.
