@@ -4,10 +4,12 @@ locally) and async (upload), and a checkpoint's details give each subtask's end 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+import pytest
+
 from microcheckpoint.ids import CheckpointId, TaskId
+from microcheckpoint.protocol import ack_timing
 from microcheckpoint.protocol.ack_timing import AckTimer
 from microcheckpoint.protocol.history import checkpoint_detail
 from microcheckpoint.protocol.records import Ack
@@ -20,30 +22,48 @@ UPLOAD_S = 0.05
 APPLY_S = 0.03
 
 
+class Clock:
+    """``time.perf_counter`` for the timer, moved by hand: the test asserts the split exactly,
+    whatever else the machine is doing."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
 class SlowUploads(FileStore):
-    """A file store whose every write takes ``UPLOAD_S`` longer (an upload to far storage)."""
+    """A file store whose every write takes ``UPLOAD_S`` on the clock (an upload to far
+    storage)."""
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        super().__init__(url)
+        self.clock = clock
 
     def put(self, key, data, **kwargs):  # type: ignore[no-untyped-def]
-        time.sleep(UPLOAD_S)
+        self.clock.now += UPLOAD_S
         return super().put(key, data, **kwargs)
 
 
-def test_a_snapshot_counts_the_work_before_it_as_sync_and_its_upload_as_async(tmp_path: Path):
-    store = SlowUploads(tmp_path.as_uri())
+def test_a_snapshot_counts_the_work_before_it_as_sync_and_its_upload_as_async(
+    tmp_path: Path, monkeypatch
+):
+    clock = Clock()
+    monkeypatch.setattr(ack_timing, "time", clock)
+    store = SlowUploads(tmp_path.as_uri(), clock)
     timer = AckTimer()  # the subtask's barrier
     state = SubtaskState(
         store, uid="op", owned=range(4), chains={}, backend="table", prefix="p/", now_ms=1,
         timer=timer,
     )  # fmt: skip
-    time.sleep(APPLY_S)  # restore and apply
+    clock.now += APPLY_S  # restore and apply
     state.put(1, canonical_key("a"), 1)
-    began = time.perf_counter()
     handles = state.snapshot()  # one delta file: serialized, then uploaded
     ack = timer.ack(TaskId.of("op", 0), 2, handles)
-    snapshot_ms = (time.perf_counter() - began) * 1000
     assert len(ack.handles) == 1
-    assert UPLOAD_S * 1000 <= ack.async_ms <= snapshot_ms
-    assert APPLY_S * 1000 <= ack.sync_ms < APPLY_S * 1000 + snapshot_ms - ack.async_ms + 5
+    assert ack.async_ms == pytest.approx(UPLOAD_S * 1000)
+    assert ack.sync_ms == pytest.approx(APPLY_S * 1000)
     assert ack.duration_ms == round(ack.sync_ms + ack.async_ms)
     # Stored and read back; an ack written before the times existed reads them as None.
     assert Ack.from_json(ack.to_json()) == ack
