@@ -54,6 +54,7 @@ from microcheckpoint.ops import (
     dispose_savepoint,
     list_pipelines,
     load_pipeline,
+    parse_parallelism,
     restore_pipeline,
     stop_with_savepoint,
     take_savepoint,
@@ -110,8 +111,10 @@ class Target:
         """The pipeline the command works on (``--pipeline`` is required for it)."""
         if not self.pipeline:
             raise ConfigError(
-                "pipeline", None, "--pipeline NAME (or MICROCHECKPOINT_PIPELINE); "
-                "`microcheckpoint pipelines` lists them"
+                "pipeline",
+                None,
+                "--pipeline NAME (or MICROCHECKPOINT_PIPELINE); "
+                "`microcheckpoint pipelines` lists them",
             )
         target = PipelineTarget.of(self.pipeline, self.storage, settings=self.settings)
         target.locations = self.locations
@@ -473,7 +476,9 @@ def restore_point(
     ctx: typer.Context,
     point: str = typer.Argument(..., help="latest, a checkpoint id, or a savepoint URL"),
     claim: bool = typer.Option(False, "--claim", help="CLAIM mode (default NO_CLAIM)"),
-    parallelism: int | None = typer.Option(None, help="subtasks from now on (rescale)"),
+    parallelism: str | None = typer.Option(  # text: the core checks it (1..max_parallelism)
+        None, help="subtasks from now on (rescale), 1..max_parallelism"
+    ),
     allow_non_restored_state: bool = typer.Option(
         False,
         "--allow-non-restored-state",
@@ -702,6 +707,7 @@ def _cycle(
     pipe = PipelineTarget.of(
         target.pipe.name, target.storage, settings=target.settings, checkpointing=settings
     )
+    parse_parallelism(parallelism, pipe.config.max_parallelism)  # before Spark starts
     s3 = target.settings.options(target.storage)
     pipeline = load_pipeline(module, name=pipe.name, s3_options=target.settings.s3_options())
     from microcheckpoint.engine.cycle import run_cycle
@@ -769,8 +775,23 @@ def run(
 
 
 def main() -> None:
-    """The console script."""
-    app()
+    """The console script. A usage error (an unknown option, a value of the wrong type) is
+    one line, as every bad input here, with exit code 2."""
+    import click
+
+    try:
+        code = app(standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "microcheckpoint"
+        message = " ".join(exc.format_message().split())
+        err.print(f"microcheckpoint: {message}; see `{where} --help`", markup=False)
+        raise SystemExit(2) from None
+    except click.ClickException as exc:
+        err.print(f"microcheckpoint: {' '.join(exc.format_message().split())}", markup=False)
+        raise SystemExit(exc.exit_code) from None
+    except click.Abort:
+        raise SystemExit(1) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ class AirflowApi:
     password: str | None = field(default=None, repr=False)
     source: str = "the Airflow API settings"
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None, token: str | None) -> Any:
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None, token: str | None
+    ) -> Any:
         url = self.base.rstrip("/") + path
         headers = {"Content-Type": "application/json"}
         if token:
@@ -73,8 +75,7 @@ class AirflowApi:
     def set_note(self, dag_id: str, run_id: str, note: str) -> dict[str, Any]:
         """Set the note of run ``run_id`` of ``dag_id`` (at most 1000 characters)."""
         path = (
-            f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
-            "?update_mask=note"
+            f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}?update_mask=note"
         )
         return dict(self._request("PATCH", path, {"note": note[:1000]}, self.token()))
 
