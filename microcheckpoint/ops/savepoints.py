@@ -12,7 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from microcheckpoint.errors import CheckpointNotFound, ConfigError, RestoreError
+from microcheckpoint.errors import (
+    CheckpointNotFound,
+    ConfigError,
+    MicrocheckpointError,
+    RestoreError,
+    ServiceError,
+)
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.ops.target import PipelineTarget
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
@@ -151,6 +157,8 @@ def stop_with_savepoint(
     Raises:
         ConfigError, CheckpointNotFound: bad input (nothing changed).
         RestoreError: checkpoints still in flight after ``timeout_s`` (triggering resumed).
+        ServiceError: the savepoint exists and triggering is stopped, but ``pause`` failed;
+            the message names the savepoint.
     """
     # Step 1: validate.
     plan_savepoint(target, folder)
@@ -167,7 +175,13 @@ def stop_with_savepoint(
         raise
     # Step 5: the scheduler stops starting runs.
     if pause is not None:
-        pause()
+        try:
+            pause()
+        except MicrocheckpointError as exc:
+            raise ServiceError(
+                f"savepoint {url} was taken and triggering of {target.name!r} is stopped, but "
+                f"the scheduler was not paused: {exc}"
+            ) from exc
     return url
 
 

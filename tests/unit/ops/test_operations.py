@@ -161,6 +161,25 @@ def test_stop_with_savepoint_stops_triggering_and_pauses(h: Harness) -> None:
     assert url in [h.store.child_url(p.rstrip("/")) for p in list_savepoints(h.store, "pipe")]
 
 
+def test_a_pause_that_fails_names_the_savepoint_it_took(h: Harness) -> None:
+    from microcheckpoint.errors import ServiceError
+
+    two_epochs(h)
+
+    def refused() -> None:
+        raise ServiceError("Airflow API at http://127.0.0.1:9/ is unreachable")
+
+    with pytest.raises(ServiceError) as caught:
+        stop_with_savepoint(target(h), pause=refused, sleep=lambda s: None)
+    (folder,) = list_savepoints(h.store, "pipe")
+    assert str(caught.value) == (
+        f"savepoint {h.store.child_url(folder.rstrip('/'))} was taken and triggering of 'pipe' "
+        "is stopped, but the scheduler was not paused: Airflow API at http://127.0.0.1:9/ is "
+        "unreachable"
+    )
+    assert h.coordinator().suspended() is not None
+
+
 def test_a_failed_stop_with_savepoint_keeps_the_pipeline_running(h: Harness) -> None:
     coord = h.coordinator()
     h.epoch(coord, {TP0: 10})
