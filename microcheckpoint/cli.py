@@ -299,25 +299,30 @@ def _ranges(groups: list[int]) -> str:
 @handles_errors
 def show(
     ctx: typer.Context,
-    checkpoint: int = typer.Argument(..., help="checkpoint id"),
+    checkpoint: str = typer.Argument(..., help="checkpoint id (7 or chk-7)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """One checkpoint: its offsets, state files and statistics."""
+    import re
+
     from microcheckpoint.state.keygroups import key_group_range
 
     target: Target = ctx.obj
     pipe = target.known()
     view = scan(pipe.store, Layout(pipe.name))
-    cid = CheckpointId(checkpoint)
+    number = re.fullmatch(r"(?:chk-)?0*([1-9]\d*)", checkpoint.strip())
+    if number is None:
+        raise ConfigError("checkpoint", checkpoint, "a checkpoint id (7 or chk-7)")
+    cid = CheckpointId(int(number.group(1)))
     if cid not in view.records:
         raise CheckpointNotFound(
-            f"pipeline {pipe.name!r} has no checkpoint {checkpoint} in {target.storage} "
+            f"pipeline {pipe.name!r} has no checkpoint {cid.value} in {target.storage} "
             f"(known: {[c.value for c in sorted(view.records)]}); see `microcheckpoint list`"
         )
     record = view.records[cid]
     pending = view.pending_record(cid)
     detail: dict[str, Any] = {
-        "id": checkpoint,
+        "id": cid.value,
         "status": record.status.value,
         "ranges": {str(tp): [r.start, r.end] for tp, r in sorted(pending.barrier.ranges.items())},
         "labels": pending.labels_json(),
@@ -353,7 +358,7 @@ def show(
     if as_json:
         _json(detail)
         return
-    out.print(f"checkpoint {checkpoint} of {pipe.name}: {detail['status']}", markup=False)
+    out.print(f"checkpoint {cid.value} of {pipe.name}: {detail['status']}", markup=False)
     offsets = Table(title="offsets (next to read) per partition")
     for column in ("partition", "from", "to"):
         offsets.add_column(column, justify="right")
@@ -775,24 +780,29 @@ def run(
 
 
 def main() -> None:
-    """The console script. A usage error (an unknown option, a value of the wrong type) is
-    one line, as every bad input here, with exit code 2."""
-    import click
+    """The console script. A usage error (an unknown option, a value of the wrong type, an
+    unknown command) is one line, as every bad input here, with exit code 2."""
+    import sys
 
+    # typer 0.29 (pinned) carries its own click; its usage errors come from there.
+    from typer._click.exceptions import ClickException, UsageError
+
+    if len(sys.argv) < 2:
+        app()  # no arguments: the help
+        return
     try:
         code = app(standalone_mode=False)
-    except click.UsageError as exc:
+    except UsageError as exc:
         where = exc.ctx.command_path if exc.ctx else "microcheckpoint"
-        message = " ".join(exc.format_message().split())
+        message = " ".join(exc.format_message().split()).rstrip(".")
         err.print(f"microcheckpoint: {message}; see `{where} --help`", markup=False)
         raise SystemExit(2) from None
-    except click.ClickException as exc:
+    except ClickException as exc:
         err.print(f"microcheckpoint: {' '.join(exc.format_message().split())}", markup=False)
         raise SystemExit(exc.exit_code) from None
-    except click.Abort:
+    except typer.Abort:
         raise SystemExit(1) from None
     raise SystemExit(code if isinstance(code, int) else 0)
-
 
 if __name__ == "__main__":
     main()

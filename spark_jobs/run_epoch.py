@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 # Running as a file (spark-submit, python spark_jobs/run_epoch.py): make the project importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -25,8 +26,15 @@ from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.engine.runner import run_epoch
 from microcheckpoint.errors import MicrocheckpointError
 from microcheckpoint.ids import CheckpointId
-from microcheckpoint.ops import StorageSettings, load_pipeline
+from microcheckpoint.ops import StorageSettings, load_pipeline, parse_parallelism
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (exit code 2) like every bad input here."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"run_epoch.py: {message}; see --help\n")
 
 
 class BadInput(Exception):
@@ -48,9 +56,7 @@ def json_object(flag: str, text: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipeline", required=True, help="module:attribute of a Pipeline")
     parser.add_argument(
         "--pipeline-kwargs", default="{}", help="JSON of arguments when --pipeline is a function"
@@ -61,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         "--cycles", type=int, default=1, help="whole cycles to run in one session (default 1)"
     )
     parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
-    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument(
+        "--parallelism", default="2", help="subtasks, 1..max_parallelism (default 2)"
+    )
     parser.add_argument("--config", default="{}", help="JSON of extra checkpoint settings")
     parser.add_argument("--s3-endpoint", default=os.environ.get("MICROCHECKPOINT_S3_ENDPOINT"))
     parser.add_argument(
@@ -132,6 +140,7 @@ def _setup(args: argparse.Namespace) -> tuple:
             **json_object("--config", args.config),
         }
     )
+    args.parallelism = parse_parallelism(args.parallelism, config.max_parallelism) or 2
     if args.checkpoint is not None:
         view = CheckpointCoordinator(store, config).view()
         if CheckpointId(args.checkpoint) not in view.pending:

@@ -12,6 +12,7 @@ what another edge refuses.
 | stop with savepoint | ``stop_with_savepoint`` |
 | dispose a savepoint | ``dispose_savepoint`` |
 | restore / re-base | ``plan_restore`` + ``apply_restore`` (``restore_pipeline``: the whole) |
+| a parallelism in 1..max_parallelism | ``parse_parallelism`` |
 | cancel | ``cancel_pipeline`` |
 | pipelines in a root | ``list_pipelines`` |
 | global savepoint / restore | ``take_global_savepoint``, ``plan_global_restore`` + ``apply_global_restore`` |
@@ -30,6 +31,7 @@ from microcheckpoint.ops.pipelines import load_pipeline
 from microcheckpoint.ops.restore import (
     RestoreRequest,
     apply_restore,
+    parse_parallelism,
     plan_restore,
     restore_pipeline,
 )
@@ -62,6 +64,7 @@ __all__ = [
     "in_flight_now",
     "list_pipelines",
     "load_pipeline",
+    "parse_parallelism",
     "plan_global_restore",
     "plan_restore",
     "plan_savepoint",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from microcheckpoint.errors import ConfigError
+from microcheckpoint.errors import ConfigError, MetadataFormatError
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.ops.savepoints import await_quiet
 from microcheckpoint.ops.target import PipelineTarget
@@ -24,7 +24,13 @@ from microcheckpoint.protocol.savepoints import (
     restore,
 )
 
-__all__ = ["RestoreRequest", "apply_restore", "plan_restore", "restore_pipeline"]
+__all__ = [
+    "RestoreRequest",
+    "apply_restore",
+    "parse_parallelism",
+    "plan_restore",
+    "restore_pipeline",
+]
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,13 @@ def _claim(value: ClaimMode | str | bool) -> ClaimMode:
         raise ConfigError("claim_mode", value, "NO_CLAIM or CLAIM") from exc
 
 
-def _parallelism(value: Any, limit: int) -> int | None:
-    """``value`` as a parallelism in 1..``limit`` (None: keep the current one)."""
+def parse_parallelism(value: Any, limit: int) -> int | None:
+    """``value`` (an int or its text, as a form or a command line gives it) as a parallelism
+    in 1..``limit``; None, ``""`` or ``"None"`` mean None (keep the current one).
+
+    Raises:
+        ConfigError: not an integer (a boolean included), or outside 1..``limit``.
+    """
     if value in (None, "", "None"):
         return None
     allowed = f"an integer in 1..{limit} (the pipeline's max_parallelism)"
@@ -90,11 +101,17 @@ def _max_parallelism(target: PipelineTarget, point: RestorePoint) -> int:
 
 
 def _current_uids(target: PipelineTarget) -> list[str] | None:
-    """The operator uids of the pipeline's latest completed checkpoint (None: none yet)."""
+    """The operator uids of the pipeline's newest readable completed checkpoint (None: none
+    yet). A corrupt ``_metadata`` is passed over, as ``choose_restore`` passes it over for
+    ``latest``: it must not fail a restore that falls back to an older checkpoint."""
     view = target.coordinator().view()
-    if view.latest_completed is None:
-        return None
-    return sorted({str(t.uid) for t in view.metadata(view.latest_completed).acks})
+    for cid in reversed(view.completed):
+        try:
+            meta = view.metadata(cid)
+        except MetadataFormatError:
+            continue
+        return sorted({str(t.uid) for t in meta.acks})
+    return None
 
 
 def plan_restore(
@@ -124,7 +141,7 @@ def plan_restore(
     mode = _claim(claim_mode)
     text = "latest" if point in (None, "None") else str(point)
     found = resolve_point(text, target.name, target.store, target.locations.locate)
-    number = _parallelism(parallelism, _max_parallelism(target, found))
+    number = parse_parallelism(parallelism, _max_parallelism(target, found))
     known = list(uids) if uids is not None else _current_uids(target)
     dropped = check_restorable(found, known, allow_non_restored_state) if known else []
     return RestoreRequest(found, mode, number, tuple(dropped))
