@@ -812,6 +812,12 @@ REFUSED = [
         "not a field of wordcount_savepoint's form; did you mean 'target'? known: stop, target",
     ),
     (
+        "wordcount_cancel",
+        {"cleanp": "DELETE_ON_CANCELLATION"},
+        "cancel",
+        "not a field of wordcount_cancel's form; did you mean 'cleanup'? known: cleanup",
+    ),
+    (
         "wordcount_hourly_pipeline",
         {"paralelism": 3},
         "wait_min_pause",
@@ -890,7 +896,7 @@ def test_a_misspelt_trigger_key_fails_the_first_task_and_writes_nothing(world: W
     cases.append((("wordcount_restore", cli_run), "wordcount_restore", conf, *REFUSED[0][2:]))
     for (dag_id, run_id), _, sent, first, expected in cases:
         assert world.api.wait_run(dag_id, run_id, 240) == "failed", (dag_id, run_id)
-        key = next(k for k in sorted(sent) if k in ("paralelism", "targt"))
+        key = next(k for k in sorted(sent) if k in ("paralelism", "targt", "cleanp"))
         message = UNKNOWN_KEY.format(key=key, value=sent[key]) + expected
         # The first task failed at once (no retry), with the one-line message in its log.
         assert _failure(world, dag_id, run_id, first) == (
