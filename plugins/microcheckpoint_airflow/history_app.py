@@ -27,6 +27,7 @@ be read; a corrupt checkpoint is one row with its error, not an error of the pag
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import os
@@ -38,7 +39,8 @@ from typing import Any
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_view
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from microcheckpoint.errors import CheckpointNotFound
@@ -91,6 +93,25 @@ def _ttl() -> float:
 
 _reads = TimedCache(_ttl)
 _replay_reads = TimedCache(lambda: max(60.0, _ttl()))
+
+
+@app.exception_handler(RequestValidationError)
+async def _bad_value(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A malformed path or query value (``/checkpoints/abc``, ``?checkpoint=x``): 422 with
+    one line naming it, its value and what it must be, as every edge answers bad input."""
+    first = exc.errors()[0] if exc.errors() else {}
+    name = str((first.get("loc") or ["value"])[-1])
+    wanted = str(first.get("msg") or "a valid value")
+    detail = f"{name} = {first.get('input')!r} is invalid: {wanted[:1].lower()}{wanted[1:]}"
+    return JSONResponse(status_code=422, content={"detail": detail})
+
+
+def _unknown(name: str, known: list[str]) -> str:
+    """The one line for a pipeline that is not there (or not for this user), with the
+    closest name and the known ones."""
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"no pipeline {name!r} that you may read; {hint}known: {', '.join(known) or 'none'}"
 
 
 @app.get("/api/openapi.json", include_in_schema=False)
@@ -163,9 +184,7 @@ def _open_store(storage: str, conn_id: str) -> Any:
 def _entry(name: str, user: Any) -> dict[str, Any]:
     entries = pipelines_for(user)
     if name not in entries:
-        raise HTTPException(
-            404, f"no pipeline {name!r} that you may read; known: {sorted(entries)}"
-        )
+        raise HTTPException(404, _unknown(name, sorted(entries)))
     return entries[name]
 
 
@@ -284,7 +303,7 @@ def index(
     data = detail = error = None
     warnings: list[dict[str, Any]] = []
     if pipeline is not None and pipeline not in entries:
-        error = f"no pipeline {pipeline!r} that you may read"
+        error = _unknown(pipeline, names)
     if current is not None:
         try:
             data = _history(entries[current])
