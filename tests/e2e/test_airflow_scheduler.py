@@ -331,6 +331,106 @@ def test_savepoint_with_stop_then_restore_from_it(world: World):
     assert _group(world) == {0: 200, 1: 200}
 
 
+def _cli_env(world: World, s3_endpoint) -> dict[str, str]:
+    """A shell of a person with the README's exports and Airflow's address."""
+    return {
+        **os.environ,
+        **s3_endpoint.environment(),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "COLUMNS": "200",
+        "MICROCHECKPOINT_STORAGE": f"s3://{world.store.bucket}/chk",
+        "MICROCHECKPOINT_PIPELINE": "wordcount",
+        "MICROCHECKPOINT_S3_ENDPOINT": s3_endpoint.url,
+        "MICROCHECKPOINT_AIRFLOW_URL": world.airflow.url,
+        "MICROCHECKPOINT_AIRFLOW_USER": world.airflow.username,
+        "MICROCHECKPOINT_AIRFLOW_PASSWORD": world.airflow.password,
+    }
+
+
+def _script(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "microcheckpoint"
+    done = subprocess.run(
+        [str(script), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done
+
+
+def test_the_cli_stops_with_savepoint_pausing_the_dag_and_restores_unpausing_it(
+    world: World, s3_endpoint
+):
+    env = _cli_env(world, s3_endpoint)
+    assert world.api.dag("wordcount_pipeline")["is_paused"] is False
+    done = _script(env, "savepoint", "--stop")
+    url = done.stdout.strip()
+    assert done.stderr.strip().endswith("paused wordcount_pipeline"), done.stderr
+    assert world.api.dag("wordcount_pipeline")["is_paused"] is True
+    assert world.history()["stopped"] is not None
+    more = wordcount.lines_for(40, seed=34)
+    wordcount.produce(world.bootstrap, world.topic, more, create=False)
+    world.lines += more
+    done = _script(env, "restore", url)
+    assert done.stdout == f"restored wordcount from {url}\n"
+    assert "unpaused wordcount_pipeline" in done.stderr
+    assert world.api.dag("wordcount_pipeline")["is_paused"] is False
+    assert world.history()["restored_from"] == url
+    wait_for("the new input checkpointed", lambda: _offsets_done(world, 220), 240, world.airflow)
+    counts = read_keyed_state(world.store, "wordcount", "word-counts")
+    assert counts == dict(wordcount.expected(world.lines))
+
+
+def test_a_cancel_during_an_epoch_aborts_it_retains_checkpoints_and_a_restore_resumes(
+    world: World,
+):
+    more = wordcount.lines_for(60, seed=35)
+    wordcount.produce(world.bootstrap, world.topic, more, create=False)
+    world.lines += more
+    before = max(world.rows())
+    kept = world.history()["latest_completed"]
+    world.slow_flag.write_text("wordcount 45")  # the next epoch holds its last ack 45 s
+    flying = wait_for(
+        "a checkpoint in flight",
+        lambda: [i for i, r in world.rows().items() if i > before and r["status"] == "PENDING"],
+        180,
+        world.airflow,
+    )[0]
+    slow_run = world.rows()[flying]["labels"]["run_id"]
+    run = world.api.trigger("wordcount_cancel", {"cleanup": ""})
+    assert world.api.wait_run("wordcount_cancel", run, 120) == "success"
+    record = world.api.xcom("wordcount_cancel", run, "cancel")
+    assert (record["cleanup"], record["aborted"]) == ("RETAIN_ON_CANCELLATION", [flying])
+    assert kept in record["retained"]
+    assert world.api.dag("wordcount_pipeline")["is_paused"] is True
+    assert world.rows()[flying]["reason"] == "CANCELLED"
+    # The slow epoch's task fails (its checkpoint is aborted). Airflow schedules no further
+    # task of a paused DAG's run: the run ends once the restore unpauses the DAG.
+    wait_for(
+        "the cancelled epoch's task to fail",
+        lambda: (
+            world.api.task_states("wordcount_pipeline", slow_run).get("process_epoch") == "failed"
+        ),
+        120,
+        world.airflow,
+    )
+    assert world.history()["latest_completed"] == kept
+    conf = {
+        "point": "latest",
+        "claim_mode": "NO_CLAIM",
+        "allow_non_restored_state": False,
+        "parallelism": 2,
+        "resume": True,
+    }
+    run = world.api.trigger("wordcount_restore", conf)
+    assert world.api.wait_run("wordcount_restore", run, 240) == "success"
+    assert world.api.dag("wordcount_pipeline")["is_paused"] is False
+    assert world.api.wait_run("wordcount_pipeline", slow_run, 120) == "failed"
+    wait_for(
+        "the cancelled range checkpointed", lambda: _offsets_done(world, 250), 240, world.airflow
+    )
+    counts = read_keyed_state(world.store, "wordcount", "word-counts")
+    assert counts == dict(wordcount.expected(world.lines))
+
+
 def test_a_task_notes_its_run_through_the_real_api(world: World, monkeypatch):
     # A restore that falls back to an older checkpoint notes it on its run this way.
     from microcheckpoint_airflow.hooks import AirflowApiHook
@@ -997,6 +1097,43 @@ def test_a_misspelt_trigger_key_fails_the_first_task_and_writes_nothing(world: W
     assert sorted(after) == sorted(before)
     assert after == before
     assert {dag_id: world.api.dag(dag_id)["is_paused"] for dag_id in pipelines} == paused
+
+
+def test_a_cancel_with_delete_removes_checkpoints_not_savepoints_and_restores(world: World):
+    savepoint = world.savepoint
+    assert savepoint, "step 3 took a savepoint"
+    prefix = savepoint.removeprefix(f"s3://{world.store.bucket}/chk/")
+    kept = {k: world.store.get(k).data for k in world.store.list("wordcount/savepoints/")}
+    highest = max(world.rows())
+    run = world.api.trigger("wordcount_cancel", {"cleanup": "DELETE_ON_CANCELLATION"})
+    assert world.api.wait_run("wordcount_cancel", run, 120) == "success"
+    record = world.api.xcom("wordcount_cancel", run, "cancel")
+    assert (record["cleanup"], record["retained"]) == ("DELETE_ON_CANCELLATION", [])
+    assert record["after_id"] >= highest
+    assert list(world.store.list("wordcount/chk-")) == []
+    assert {k: world.store.get(k).data for k in world.store.list("wordcount/savepoints/")} == kept
+    assert world.store.get(prefix + "/_metadata") is not None
+    conf = {
+        "point": savepoint,
+        "claim_mode": "NO_CLAIM",
+        "allow_non_restored_state": False,
+        "parallelism": 2,
+        "resume": True,
+    }
+    run = world.api.trigger("wordcount_restore", conf)
+    assert world.api.wait_run("wordcount_restore", run, 240) == "success"
+    total = len(world.lines) // 2
+    wait_for(
+        "a checkpoint after the deleted ones, with all the input",
+        lambda: (
+            world.rows() and min(world.rows()) > record["after_id"] and _offsets_done(world, total)
+        ),
+        240,
+        world.airflow,
+    )
+    counts = read_keyed_state(world.store, "wordcount", "word-counts")
+    assert counts == dict(wordcount.expected(world.lines))
+    world.api.set_paused("wordcount_pipeline", True)
 
 
 def test_no_credential_appears_in_any_log(world: World, s3_endpoint, service_log_dir):
