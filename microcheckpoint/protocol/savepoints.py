@@ -7,7 +7,8 @@ moved, and it is never subsumed or deleted by retention. Restoring writes the pi
 
 Claim modes (as in Flink): ``NO_CLAIM`` (default) leaves the restored files alone and
 makes the first checkpoint after the restore a full snapshot; ``CLAIM`` lets the pipeline
-reference them from incremental checkpoints (so they must stay while referenced).
+reference them from incremental checkpoints and take ownership: retention deletes a claimed
+savepoint under the pipeline's folder once nothing needs it (``retention.claimed_folder``).
 """
 
 from __future__ import annotations
