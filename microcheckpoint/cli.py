@@ -763,20 +763,8 @@ def checkpoint(
     _cycle(ctx.obj, module, bootstrap, parallelism, remote, config, full)
 
 
-@app.command()
-@handles_errors
-def run(
-    ctx: typer.Context,
-    module: str = typer.Option(..., help="module:attribute of the Pipeline"),
-    bootstrap: str | None = typer.Option(None, help=BOOTSTRAP_HELP),
-    parallelism: int = typer.Option(2, help="subtasks (unless a restore chose another)"),
-    remote: str | None = typer.Option(
-        None, envvar="MICROCHECKPOINT_SPARK_CONNECT", help="sc://host:port of Spark Connect"
-    ),
-    config: str = typer.Option("{}", help="JSON of checkpoint settings"),
-) -> None:
-    """One cycle: recover, trigger, process the epoch with Spark, complete and notify."""
-    _cycle(ctx.obj, module, bootstrap, parallelism, remote, config, False)
+# `run` is the older name of `checkpoint` (one cycle now); both take the same options.
+app.command("run", help="One cycle now: recover, trigger, process, complete, notify.")(checkpoint)
 
 
 def main() -> None:
@@ -803,6 +791,7 @@ def main() -> None:
     except typer.Abort:
         raise SystemExit(1) from None
     raise SystemExit(code if isinstance(code, int) else 0)
+
 
 if __name__ == "__main__":
     main()
