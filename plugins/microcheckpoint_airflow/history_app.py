@@ -21,7 +21,8 @@ The pipelines come from the registry the DAG files write when they are parsed
 (``registry``), limited to DAGs Airflow still has: the API server executes no DAG file.
 What is read from storage is cached for ``MICROCHECKPOINT_UI_CACHE_S`` seconds (default 5),
 so page views and API calls do not list the bucket again and again. Errors are JSON bodies
-with a ``detail``: 404 for an unknown pipeline or checkpoint, 503 when the storage cannot
+with a ``detail`` of one line: 404 for an unknown pipeline (with the closest name) or
+checkpoint, 422 for a malformed value (``/checkpoints/abc``), 503 when the storage cannot
 be read; a corrupt checkpoint is one row with its error, not an error of the page.
 """
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
+import re
 import subprocess
 import sys
 import time
@@ -47,9 +49,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from examples import nexmark_stages, wordcount
-from harness.airflow_stack import AirflowStack, start_airflow
+from harness.airflow_stack import AirflowStack, ApiError, start_airflow
 from harness.leaks import find_leaks, log_files
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store, ensure_bucket
@@ -1094,6 +1098,312 @@ def test_a_misspelt_trigger_key_fails_the_first_task_and_writes_nothing(world: W
     savepoint_run = runs[1][1]
     assert world.api.xcom("wordcount_savepoint", savepoint_run, "resume_on_failure") is False
     after = _stored(world)
+    assert sorted(after) == sorted(before)
+    assert after == before
+    assert {dag_id: world.api.dag(dag_id)["is_paused"] for dag_id in pipelines} == paused
+
+
+# ---- the edge contract through Airflow (docs/reliability.md, "Edge contract") -------------
+
+
+def _misspelt(rnd: random.Random, key: str, declared: frozenset[str]) -> str:
+    """``key`` with one character dropped, doubled, swapped or replaced (``rnd`` from
+    Hypothesis, so a failure shows the draw); never a declared name."""
+    while True:
+        i = rnd.randrange(len(key) - 1)
+        spelt = rnd.choice(
+            [
+                key[:i] + key[i + 1 :],
+                key[:i] + key[i] + key[i:],
+                key[:i] + key[i + 1] + key[i] + key[i + 2 :],
+                key[:i] + rnd.choice("abcdefghijklmnopqrstuvwxyz") + key[i + 1 :],
+            ]
+        )
+        if spelt not in declared:
+            return spelt
+
+
+# Each DAG's first task, the form field a generated misspelling stands for, the fields it
+# declares, and the rest of a conf Airflow's own checks accept (a required field).
+FORMS = {
+    "wordcount_restore": (
+        "validate_point",
+        "claim_mode",
+        {"allow_non_restored_state", "claim_mode", "parallelism", "point", "resume"},
+        {},
+    ),
+    "wordcount_savepoint": ("validate_target", "stop", {"stop", "target"}, {}),
+    "wordcount_cancel": ("cancel", "cleanup", {"cleanup"}, {}),
+    "nexmark_global_restore": (
+        "validate_point",
+        "resume",
+        {"claim_mode", "parallelism", "point", "resume"},
+        {"point": "s3://elsewhere-bucket/global"},
+    ),
+    "nexmark_global_savepoint": ("take_global_savepoint", "target", {"target"}, {}),
+}
+
+
+def _edge_rows(world: World, misspelt: dict[str, str]) -> tuple[list, list]:
+    """(API rows: DAG, bad input, conf, HTTP status, start of the error body; run rows: DAG,
+    bad input, conf, first task, start of its exception line)."""
+    root = f"s3://{world.store.bucket}/chk"
+    outside = "s3://elsewhere-bucket/sp"
+    api = [
+        (
+            "wordcount_restore",
+            "wrong type",
+            {"parallelism": "abc"},
+            400,
+            "Invalid input for param parallelism: 'abc' is not of type 'integer'",
+        ),
+        (
+            "wordcount_restore",
+            "out of range",
+            {"parallelism": 999},
+            400,
+            "Invalid input for param parallelism: 999 is greater than the maximum of 128",
+        ),
+        (
+            "wordcount_savepoint",
+            "wrong type",
+            {"stop": "yes"},
+            400,
+            "Invalid input for param stop: 'yes' is not of type 'boolean'",
+        ),
+        (
+            "wordcount_cancel",
+            "out of range",
+            {"cleanup": "KEEP"},
+            400,
+            "Invalid input for param cleanup: 'KEEP' is not one of",
+        ),
+        (
+            "nexmark_global_restore",
+            "wrong type",
+            {"point": "x", "parallelism": "x"},
+            400,
+            "Invalid input for param parallelism: 'x' is not of type 'object'",
+        ),
+        (
+            "wordcont_restore",
+            "misspelt pipeline",
+            {"point": "latest"},
+            404,
+            "Dag with dag_id: 'wordcont_restore' not found",
+        ),
+    ]
+    runs = [
+        (
+            "wordcount_restore",
+            "missing point",
+            {"point": "99999"},
+            "validate_point",
+            "checkpoint 99999 of 'wordcount' is not a completed checkpoint (completed: [",
+        ),
+        (
+            "wordcount_restore",
+            "wrong type",
+            {"point": "7x"},
+            "validate_point",
+            "config field 'point' = '7x' is invalid: latest, a checkpoint id (7 or chk-7), or a "
+            "savepoint folder URL",
+        ),
+        (
+            "wordcount_restore",
+            "another pipeline's point",
+            {"point": f"{root}/wordcount_hourly/chk-0000000001"},
+            "validate_point",
+            f"{root}/wordcount_hourly/chk-0000000001 belongs to pipeline 'wordcount_hourly', not "
+            "'wordcount'; restore a savepoint taken from this pipeline",
+        ),
+        (
+            "wordcount_restore",
+            "corrupt _metadata",
+            {"point": f"{root}/wordcount/savepoints/edge-corrupt"},
+            "validate_point",
+            f"{root}/wordcount/savepoints/edge-corrupt/_metadata is corrupt (not JSON: ",
+        ),
+        (
+            "wordcount_restore",
+            "empty _metadata",
+            {"point": f"{root}/wordcount/savepoints/edge-empty"},
+            "validate_point",
+            f"{root}/wordcount/savepoints/edge-empty/_metadata is corrupt (not JSON: ",
+        ),
+        (
+            "wordcount_restore",
+            "target outside the root",
+            {"point": outside},
+            "validate_point",
+            f"config field 'point' = '{outside}' is invalid: a location under one of the "
+            f"configured roots ({root})",
+        ),
+        (
+            "wordcount_savepoint",
+            "target outside the root",
+            {"target": outside},
+            "validate_target",
+            f"config field 'target' = '{outside}' is invalid: a location under one of the "
+            f"configured roots ({root})",
+        ),
+        (
+            "nexmark_global_savepoint",
+            "target outside the root",
+            {"target": outside},
+            "take_global_savepoint",
+            f"config field 'target' = '{outside}' is invalid: ",
+        ),
+        (
+            "nexmark_global_restore",
+            "target outside the root",
+            {"point": outside},
+            "validate_point",
+            f"config field 'point' = '{outside}' is invalid: ",
+        ),
+    ]
+    for dag_id, (first, key, declared, rest) in FORMS.items():
+        spelt = misspelt[dag_id]
+        conf = {spelt: "x", **rest}
+        known = ", ".join(sorted(declared))
+        runs.append(
+            (
+                dag_id,
+                "unknown key",
+                conf,
+                first,
+                UNKNOWN_KEY.format(key=spelt, value="x") + f"not a field of {dag_id}'s form; "
+                f"did you mean {key!r}? known: {known}",
+            )
+        )
+    return api, runs
+
+
+def _page_rows() -> list:
+    """The Checkpoints page: route, bad input, HTTP status, start of the one error line."""
+    known = "known: nexmark-hot-items, nexmark-join, wordcount, wordcount_hourly"
+    return [
+        (
+            "/api/pipelines/wordcont",
+            "misspelt pipeline",
+            404,
+            f"no pipeline 'wordcont' that you may read; did you mean 'wordcount'? {known}",
+        ),
+        (
+            "/api/pipelines/wordcount/checkpoints/99999",
+            "missing point",
+            404,
+            "pipeline 'wordcount' has no checkpoint 99999 in s3://",
+        ),
+        (
+            "/api/pipelines/wordcount/checkpoints/abc",
+            "wrong type",
+            422,
+            "checkpoint = 'abc' is invalid: input should be a valid integer",
+        ),
+        (
+            "/?pipeline=wordcont",
+            "misspelt pipeline",
+            200,
+            f"no pipeline &#39;wordcont&#39; that you may read; did you mean &#39;wordcount&#39;? "
+            f"{known}",
+        ),
+        (
+            "/?pipeline=wordcount&checkpoint=x",
+            "wrong type",
+            422,
+            "checkpoint = 'x' is invalid: input should be a valid integer",
+        ),
+    ]
+
+
+@settings(max_examples=1, deadline=None, database=None, phases=[Phase.generate])
+@given(data=st.data())
+def test_every_dag_trigger_and_page_route_answers_bad_input_in_one_line(world: World, data):
+    """The Airflow half of the edge contract: each DAG's REST trigger and each page route,
+    a table of bad inputs; each row one line naming the thing, the value and the fix (the
+    API's error body, or the failed first task's exception in its log), its status, and
+    storage byte-identical (every object listed and read) before and after."""
+    rnd = data.draw(st.randoms(use_true_random=True), label="misspellings")
+    misspelt = {
+        dag_id: _misspelt(rnd, key, frozenset(declared))
+        for dag_id, (_, key, declared, _) in FORMS.items()
+    }
+    world.api.wait_dags(list(FORMS))
+    pipelines = _idle(world)
+    paused = {dag_id: world.api.dag(dag_id)["is_paused"] for dag_id in pipelines}
+    damaged = {
+        "wordcount/savepoints/edge-corrupt/_metadata": b"{not json",
+        "wordcount/savepoints/edge-empty/_metadata": b"",
+    }
+    for key, body in damaged.items():
+        world.store.put(key, body)
+    api_rows, run_rows = _edge_rows(world, misspelt)
+    table, problems = [], []
+    try:
+        before = _stored(world)
+        # Refused by Airflow's API itself: its error body.
+        for dag_id, bad, conf, status, start in api_rows:
+            try:
+                world.api.trigger(dag_id, conf)
+                got, detail = 200, "accepted"
+            except ApiError as exc:
+                got, detail = exc.status, json.loads(exc.detail)["detail"]
+            # Airflow's own param check: its first line names the param, the value and the
+            # rule; jsonschema's dump of the schema follows it in the body.
+            lines = str(detail).split("\n\n")[0].splitlines()
+            table.append(
+                (
+                    f"REST {dag_id}",
+                    bad,
+                    json.dumps(conf),
+                    got,
+                    lines[0],
+                    len(str(detail).split("\n")),
+                )
+            )
+            if got != status or len(lines) != 1 or not lines[0].startswith(start):
+                problems.append(f"[{dag_id} | {bad}] {got}: {detail!r}")
+        # Refused by the run's first task, before anything is written.
+        started = [(row, world.api.trigger(row[0], row[2])) for row in run_rows]
+        for (dag_id, bad, conf, first, start), run_id in started:
+            state = world.api.wait_run(dag_id, run_id, 240)
+            tries, errors = _failure(world, dag_id, run_id, first)
+            # The task fails with one line; a core error translated by ``task_errors`` is
+            # shown below it as its cause, with the same message (and its own cause, a
+            # JSONDecodeError for a corrupt _metadata, below that).
+            messages = {e.split(": ", 1)[-1] for e in errors[:2]}
+            line = errors[0] if errors else ""
+            table.append((f"REST {dag_id}", bad, json.dumps(conf), state, line, len(errors)))
+            if (
+                (state, tries) != ("failed", 1)
+                or not line.startswith("AirflowFailException: ")
+                or len(messages) != 1
+                or "\n" in line
+                or not line.removeprefix("AirflowFailException: ").startswith(start)
+            ):
+                problems.append(f"[{dag_id} | {bad}] {state}, try {tries}: {errors!r}")
+        # The page and its JSON routes.
+        base, token = world.airflow.url + "/microcheckpoint", world.api.token()
+        for route, bad, status, start in _page_rows():
+            got, body = _get(base + route, token, cookie=not route.startswith("/api"))
+            text = body.decode()
+            if text.startswith("{"):
+                line = str(json.loads(text)["detail"])
+            else:
+                found = re.search(r'data-error="1">[^:<]*: ([^<]*)<', text)
+                line = found[1] if found else "no error shown"
+            table.append((f"page {route.split('?')[0]}", bad, route, got, line, 1))
+            if got != status or not line.startswith(start):
+                problems.append(f"[page {route} | {bad}] {got}: {line!r}")
+        after = _stored(world)
+    finally:
+        for key in damaged:
+            world.store.delete(key)
+    for row in table:
+        print("| " + " | ".join(str(x) for x in row) + " |")
+    print(f"edge contract (Airflow): {len(table)} cases, {len({r[0] for r in table})} entry points")
+    assert not problems, "\n".join(problems)
     assert sorted(after) == sorted(before)
     assert after == before
     assert {dag_id: world.api.dag(dag_id)["is_paused"] for dag_id in pipelines} == paused
