@@ -868,7 +868,7 @@ def test_the_table_covers_every_entry_point_and_every_row_held() -> None:
         print(
             f"| {r['entry']} | {r['bad']} | `{r['input']}` | {r['code']} | "
             f"{'yes' if r['one_line'] else 'NO'} | {'yes' if r['untouched'] else 'NO'} | "
-            f"{str(r['line'])[:90]} |"
+            f"{r['line']} |"
         )
     print(
         f"all one line: {all(r['one_line'] for r in TABLE)}; "
