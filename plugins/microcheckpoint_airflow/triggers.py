@@ -159,6 +159,11 @@ class CheckpointDeadlineTrigger(BaseTrigger):
         return None if found is None else str(found)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.task_instance is None:
+            # ``dag.test()`` runs a trigger in line, without a task instance and after the
+            # epoch task ended: the sensor looks once itself (``execute_complete``).
+            yield TriggerEvent({"inline": True})
+            return
         # Step 1
         options = await asyncio.to_thread(self.store_options)
         # Step 2: the XCom is asked for only once the task runs (Airflow logs each miss).
