@@ -52,6 +52,7 @@ __all__ = [
     "read_savepoint",
     "resolve_point",
     "restore",
+    "savepoint_folder",
 ]
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,13 @@ class RestorePoint:
         if self.metadata.relative:
             return [self.prefix + h.key for h in self.metadata.handles]
         return [h.key for h in self.metadata.handles]
+
+
+def savepoint_folder(layout: Layout, target_prefix: str | None, name: str) -> str:
+    """The key prefix of savepoint ``name``: under ``target_prefix`` (``""``: the target
+    store's root itself), or ``<pipeline>/savepoints/`` when None."""
+    parent = layout.savepoints if target_prefix is None else target_prefix.strip("/")
+    return (parent.rstrip("/") + "/" if parent else "") + name + "/"
 
 
 def _check_files(store: ObjectStore, keys: list[str]) -> str | None:
@@ -110,7 +118,7 @@ def create_savepoint(
     meta = view.metadata(cid)
     target = target or store
     name = f"savepoint-{cid.value:010d}-{uuid.uuid4().hex[:6]}"
-    prefix = (target_prefix or layout.savepoints).rstrip("/") + "/" + name + "/"
+    prefix = savepoint_folder(layout, target_prefix, name)
     # Step 2: copy state files; handles become relative to the savepoint folder.
     acks = {}
     for task, ack in meta.acks.items():

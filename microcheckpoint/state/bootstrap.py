@@ -46,6 +46,7 @@ from microcheckpoint.ids import CheckpointId, OperatorUid, TaskId, TopicPartitio
 from microcheckpoint.protocol.barrier import Barrier, OffsetRange
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import Ack, CheckpointMetadata, encode_metadata
+from microcheckpoint.protocol.savepoints import savepoint_folder
 from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.files import BASE_NAME, encode_rows, rows_from_groups
@@ -218,7 +219,7 @@ def bootstrap_savepoint(
     # a compacting subtask writes it. The others: their files, unchanged.
     target = target or store
     name = f"bootstrap-{uid}-{uuid.uuid4().hex[:6]}"
-    prefix = (target_prefix or layout.savepoints).rstrip("/") + "/" + name + "/"
+    prefix = savepoint_folder(layout, target_prefix, name)
     acks: dict[TaskId, Ack] = {}
     for subtask, owned in enumerate(groups):
         task = TaskId.of(uid, subtask)

@@ -86,10 +86,12 @@ def test_state_import_bootstraps_a_savepoint_that_restores_and_runs_on(
     groups = [set(saved["tasks"][f"word-counts#{i}"]["handles"][0]["key_groups"]) for i in range(3)]
     assert len(groups) == 3 and not set.intersection(*groups)
 
-    # Restore it and run with the default 2 subtasks over the rest of the input.
-    # (A folder URL opens its own store, so restore copies the savepoint in first.)
+    # Restore it and run with the default 2 subtasks over the rest of the input. It lies in
+    # the pipeline's storage, so it is restored where it is: no copy.
+    before = sorted(p.name for p in Path(url.removeprefix("file://")).parent.iterdir())
     restored = cli(env, "restore", url).stdout
-    assert restored.startswith(f"restored wordcount from {storage}/wordcount/savepoints/imported-")
+    assert restored == f"restored wordcount from {url}\n"
+    assert sorted(p.name for p in Path(url.removeprefix("file://")).parent.iterdir()) == before
     second = cli(env, *run, "{}")
     assert second.stdout == "checkpoint 2 completed: 16 records (attempt 1)\n"
     final = export(env, tmp_path / "final.parquet")
@@ -163,9 +165,13 @@ def test_state_import_bootstraps_a_savepoint_that_restores_and_runs_on(
     export(fresh, again)
     assert pq.read_table(again).equals(pq.read_table(tmp_path / "final.parquet"))
 
-    # Explicit offsets, into another folder: a restore starts each partition there.
+    # Explicit offsets, into another folder: a restore starts each partition there. The
+    # folder must lie under a savepoint root, as for `savepoint --target`.
     elsewhere = (tmp_path / "elsewhere").as_uri()
     given = f"{topic}:0=16,{topic}:1=20"
+    refused = cli(fresh, *importing, str(table), "--target", elsewhere, code=2)
+    assert "is invalid: a location under one of the configured roots" in refused.stderr
+    fresh = {**fresh, "MICROCHECKPOINT_SAVEPOINT_ROOTS": elsewhere}
     done = cli(fresh, *importing, str(table), "--offsets", given, "--target", elsewhere)
     assert done.stdout.startswith(f"{elsewhere}/bootstrap-word-counts-")
     assert metadata(done.stdout.strip())["offsets"] == {f"{topic}:0": 16, f"{topic}:1": 20}

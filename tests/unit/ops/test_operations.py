@@ -150,6 +150,9 @@ def test_a_savepoint_target_outside_the_roots_is_refused_and_nothing_is_written(
     exports = (tmp_path / "exports").as_uri()
     url = take_savepoint(target(h, exports), exports + "/keep")
     assert url.startswith(exports + "/keep/savepoint-0000000002-")
+    # The root itself is a folder too: the savepoint lies right under it.
+    url = take_savepoint(target(h, exports), exports)
+    assert url.rsplit("/", 1)[0] == exports and "/savepoint-0000000002-" in url
 
 
 def test_stop_with_savepoint_stops_triggering_and_pauses(h: Harness) -> None:
