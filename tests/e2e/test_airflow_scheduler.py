@@ -7,7 +7,11 @@ The story, in order (the tests share one Airflow and run top to bottom):
    aborts it as EXPIRED at its deadline, its late ack is discarded, and the next epoch
    re-reads its range and succeeds;
 3. a savepoint with stop, triggered through the REST API v2 with the UI's conf, pauses
-   the pipeline; a restore from it resumes it, and new input is counted exactly once;
+   the pipeline; a restore from it resumes it, and new input is counted exactly once; the
+   same through the ``microcheckpoint`` console script with ``--airflow`` (``savepoint
+   --stop`` pauses the DAG, ``restore`` unpauses it); ``wordcount_cancel`` during a slow
+   epoch aborts it as CANCELLED and keeps the checkpoints, and a restore of ``latest``
+   resumes with exact counts;
 4. ``wordcount_hourly``: a backfill over three past hours gives one checkpoint per hour
    with exactly that hour's records; restoring checkpoint 1 and backfilling hours 1-2
    again replays them once; later (after step 6), a savepoint of hour 0 restored through
@@ -25,6 +29,10 @@ The story, in order (the tests share one Airflow and run top to bottom):
    a global restore of both stages with other parallelisms gives the true counts again;
 8. a misspelt key in a trigger's conf (REST API, ``airflow dags trigger``) fails the first
    task of each kind of DAG with a did-you-mean; nothing is stored, nothing is unpaused;
+   the edge contract: every DAG's bad trigger input and every page route's bad request is
+   one line, and storage is untouched; a cancel with ``DELETE_ON_CANCELLATION`` leaves no
+   checkpoint, the savepoints byte-identical, and a restore from the savepoint counts
+   exactly with new ids;
 9. no credential (the S3 secret key, the admin password, the JWT secret) is in any log.
 """
 
@@ -651,85 +659,6 @@ def test_a_person_logs_in_and_reads_the_checkpoints_page_in_a_browser(world: Wor
             world.store.put(broken, original.data)
 
 
-def test_stored_timestamps_prove_min_pause_and_max_concurrent(world: World):
-    rows = sorted(
-        (r for r in world.rows().values() if "trigger_time_ms" in r and "end_time_ms" in r),
-        key=lambda r: r["id"],
-    )
-    assert len(rows) >= 5  # two epochs, the expired one, its re-read, one after restore
-    completed = [r for r in rows if r["status"] == "COMPLETED"]
-    for earlier, later in itertools.pairwise(rows):
-        # max_concurrent = 1 (min_pause > 0 forces it): no two checkpoints overlap.
-        assert later["trigger_time_ms"] >= earlier["end_time_ms"], (earlier, later)
-    for row in rows[1:]:
-        done = [c for c in completed if c["end_time_ms"] <= row["trigger_time_ms"]]
-        if done:
-            gap = row["trigger_time_ms"] - max(c["end_time_ms"] for c in done)
-            assert gap >= MIN_PAUSE_S * 1000, (row["id"], gap)
-    # The scheduler had runs waiting (interval 10 s < epoch + pause), so the gaps come from the
-    # pause being enforced, not from idle time: the min-pause sensor of some runs found the
-    # pause not yet over and deferred to the triggerer until it was.
-    logs = world.airflow.home / "logs" / "dag_id=wordcount_pipeline"
-    deferred = [
-        log
-        for log in logs.glob("run_id=*/task_id=wait_min_pause/attempt=*.log")
-        if "min_pause: " in (text := log.read_text()) and "deferring" in text
-    ]
-    assert deferred, f"no wait_min_pause run deferred under {logs}"
-
-
-def test_a_backfill_from_a_savepoint_replays_exactly_the_hours_after_it(world: World):
-    # The hourly story is over (step 4, the page's reads): nothing of it is in flight.
-    dag = "wordcount_hourly_pipeline"
-    world.api.quiesce(dag)
-    world.api.set_paused(dag, False)
-    rows = world.rows("wordcount_hourly")
-    hour = lambda h: (T0 + timedelta(hours=h)).isoformat()  # noqa: E731
-    # A savepoint of checkpoint 1 (hour 0), taken by the core function the savepoint DAG
-    # runs (that DAG takes the latest checkpoint only).
-    url = create_savepoint(world.store, "wordcount_hourly", CheckpointId(1))
-    folder = url.removeprefix(world.store.url + "/") + "/"
-    saved = {k: world.store.get(k).data for k in world.store.list(folder)}
-    # Restore it through the restore DAG's REST trigger (the UI's form), then backfill hour
-    # 1 through POST /api/v2/backfills (the UI's Backfill form).
-    conf = {"point": url, "claim_mode": "NO_CLAIM", "resume": True}
-    run = world.api.trigger("wordcount_hourly_restore", conf)
-    assert world.api.wait_run("wordcount_hourly_restore", run, 240) == "success"
-    assert world.history("wordcount_hourly")["restored_from"] == url
-    made = world.api.backfill(dag, hour(1), hour(1), reprocess="completed")
-    assert len(made) == 1
-    state = lambda: _hourly_state(world)  # noqa: E731
-    top = max(rows)
-    wait_for("the hour replayed", lambda: _hourly_done(world, top + 1), 300, world.airflow, state)
-    new = world.rows("wordcount_hourly")
-    assert max(new) == top + 1  # one checkpoint: hour 1
-    replay = new[top + 1]
-    assert (replay["status"], replay["labels"]["data_interval"]) == (
-        "COMPLETED",
-        [hour(1), hour(2)],
-    )
-    assert replay["labels"]["restored_from"] == url
-    # Exactly hour 1's records, from where the savepoint's offsets end (hour 0's end).
-    assert replay["records"] == PER_HOUR[1]
-    assert replay["ranges"] == rows[2]["ranges"]
-    # The state is exactly hours 0 and 1 (storage held all three hours before the restore).
-    first_two = world.hourly_lines[: PER_HOUR[0] + PER_HOUR[1]]
-    assert read_keyed_state(world.store, "wordcount_hourly", "word-counts") == dict(
-        wordcount.expected(first_two)
-    )
-    # The group offsets moved back to hour 1's end with it; the savepoint is untouched.
-    ends = {int(tp.rsplit(":", 1)[1]): end for tp, (_, end) in replay["ranges"].items()}
-    assert len(ends) == 2 and sum(ends.values()) == PER_HOUR[0] + PER_HOUR[1]
-    tps = [TopicPartition(world.hourly_topic, p) for p in ends]
-    with KafkaOffsets(world.bootstrap) as kafka:
-        committed = kafka.committed_group_offsets("microcheckpoint-wordcount_hourly", tps)
-    assert {tp.partition: o for tp, o in committed.items()} == ends
-    assert {k: world.store.get(k).data for k in world.store.list(folder)} == saved
-
-
-JOIN, HOT = "nexmark-join", "nexmark-hot-items"
-
-
 def _log_in(page, world: World) -> None:
     """Fill and send Airflow's own login form (the page must show it)."""
     page.fill("input[name=username]", world.airflow.username)
@@ -845,6 +774,83 @@ def test_checkpoint_details_show_each_subtasks_sync_and_async_parts(world: World
         assert page.locator("tr[data-operator]").count() == len(by_uid)
 
 
+def test_stored_timestamps_prove_min_pause_and_max_concurrent(world: World):
+    rows = sorted(
+        (r for r in world.rows().values() if "trigger_time_ms" in r and "end_time_ms" in r),
+        key=lambda r: r["id"],
+    )
+    assert len(rows) >= 5  # two epochs, the expired one, its re-read, one after restore
+    completed = [r for r in rows if r["status"] == "COMPLETED"]
+    for earlier, later in itertools.pairwise(rows):
+        # max_concurrent = 1 (min_pause > 0 forces it): no two checkpoints overlap.
+        assert later["trigger_time_ms"] >= earlier["end_time_ms"], (earlier, later)
+    for row in rows[1:]:
+        done = [c for c in completed if c["end_time_ms"] <= row["trigger_time_ms"]]
+        if done:
+            gap = row["trigger_time_ms"] - max(c["end_time_ms"] for c in done)
+            assert gap >= MIN_PAUSE_S * 1000, (row["id"], gap)
+    # The scheduler had runs waiting (interval 10 s < epoch + pause), so the gaps come from the
+    # pause being enforced, not from idle time: the min-pause sensor of some runs found the
+    # pause not yet over and deferred to the triggerer until it was.
+    logs = world.airflow.home / "logs" / "dag_id=wordcount_pipeline"
+    deferred = [
+        log
+        for log in logs.glob("run_id=*/task_id=wait_min_pause/attempt=*.log")
+        if "min_pause: " in (text := log.read_text()) and "deferring" in text
+    ]
+    assert deferred, f"no wait_min_pause run deferred under {logs}"
+
+
+def test_a_backfill_from_a_savepoint_replays_exactly_the_hours_after_it(world: World):
+    # The hourly story is over (step 4, the page's reads): nothing of it is in flight.
+    dag = "wordcount_hourly_pipeline"
+    world.api.quiesce(dag)
+    world.api.set_paused(dag, False)
+    rows = world.rows("wordcount_hourly")
+    hour = lambda h: (T0 + timedelta(hours=h)).isoformat()  # noqa: E731
+    # A savepoint of checkpoint 1 (hour 0), taken by the core function the savepoint DAG
+    # runs (that DAG takes the latest checkpoint only).
+    url = create_savepoint(world.store, "wordcount_hourly", CheckpointId(1))
+    folder = url.removeprefix(world.store.url + "/") + "/"
+    saved = {k: world.store.get(k).data for k in world.store.list(folder)}
+    # Restore it through the restore DAG's REST trigger (the UI's form), then backfill hour
+    # 1 through POST /api/v2/backfills (the UI's Backfill form).
+    conf = {"point": url, "claim_mode": "NO_CLAIM", "resume": True}
+    run = world.api.trigger("wordcount_hourly_restore", conf)
+    assert world.api.wait_run("wordcount_hourly_restore", run, 240) == "success"
+    assert world.history("wordcount_hourly")["restored_from"] == url
+    made = world.api.backfill(dag, hour(1), hour(1), reprocess="completed")
+    assert len(made) == 1
+    state = lambda: _hourly_state(world)  # noqa: E731
+    top = max(rows)
+    wait_for("the hour replayed", lambda: _hourly_done(world, top + 1), 300, world.airflow, state)
+    new = world.rows("wordcount_hourly")
+    assert max(new) == top + 1  # one checkpoint: hour 1
+    replay = new[top + 1]
+    assert (replay["status"], replay["labels"]["data_interval"]) == (
+        "COMPLETED",
+        [hour(1), hour(2)],
+    )
+    assert replay["labels"]["restored_from"] == url
+    # Exactly hour 1's records, from where the savepoint's offsets end (hour 0's end).
+    assert replay["records"] == PER_HOUR[1]
+    assert replay["ranges"] == rows[2]["ranges"]
+    # The state is exactly hours 0 and 1 (storage held all three hours before the restore).
+    first_two = world.hourly_lines[: PER_HOUR[0] + PER_HOUR[1]]
+    assert read_keyed_state(world.store, "wordcount_hourly", "word-counts") == dict(
+        wordcount.expected(first_two)
+    )
+    # The group offsets moved back to hour 1's end with it; the savepoint is untouched.
+    ends = {int(tp.rsplit(":", 1)[1]): end for tp, (_, end) in replay["ranges"].items()}
+    assert len(ends) == 2 and sum(ends.values()) == PER_HOUR[0] + PER_HOUR[1]
+    tps = [TopicPartition(world.hourly_topic, p) for p in ends]
+    with KafkaOffsets(world.bootstrap) as kafka:
+        committed = kafka.committed_group_offsets("microcheckpoint-wordcount_hourly", tps)
+    assert {tp.partition: o for tp, o in committed.items()} == ends
+    assert {k: world.store.get(k).data for k in world.store.list(folder)} == saved
+
+
+JOIN, HOT = "nexmark-join", "nexmark-hot-items"
 COUNTS = "bids-per-item-window"
 
 
