@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -106,6 +107,9 @@ class Scripted(CheckpointDeadlineTrigger):
         super().__init__(**kwargs)
         self.ids, self.states = ids, states
         self.asked = 0
+        self.task_instance = SimpleNamespace(  # as in the triggerer
+            dag_id="d", run_id="r", task_id="checkpoint_timeout", map_index=-1, try_number=1
+        )
 
     async def checkpoint_id(self) -> int | None:
         self.asked += 1
@@ -131,6 +135,12 @@ def kwargs(h, timeout: float) -> dict[str, Any]:
         "id_key": "checkpoint_id",
         "poll_interval": 0.05,
     }
+
+
+def test_run_in_line_by_dag_test_the_trigger_hands_back_to_the_sensor(h) -> None:
+    # dag.test() runs a trigger without a task instance, after the epoch task ended.
+    events = run(CheckpointDeadlineTrigger(**kwargs(h, 60)))
+    assert [e.payload for e in events] == [{"inline": True}]
 
 
 def test_the_trigger_serializes_only_what_the_dag_gives_it(h) -> None:
