@@ -1,4 +1,5 @@
-"""Savepoint targets and restore points named in a Params form, over real file stores."""
+"""Savepoint targets and restore points as a form or the CLI names them (``ops.Locations``
+and ``protocol.savepoints.resolve_point``), over real file stores."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import pytest
 
 from microcheckpoint.errors import CheckpointNotFound, ConfigError, IncompatibleCheckpoint
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
-from microcheckpoint.protocol.savepoints import create_savepoint
+from microcheckpoint.ops import Locations
+from microcheckpoint.protocol.savepoints import RestorePoint, create_savepoint, resolve_point
 from microcheckpoint.storage import ObjectStore
 from microcheckpoint.storage.file import FileStore
-from microcheckpoint_airflow.points import resolve_point, split_location
 
 TP0 = TopicPartition("events", 0)
 SRC = TaskId.of("source", 0)
@@ -34,8 +35,18 @@ def three(h):
     return h
 
 
-def resolve(h, value, roots=None, open_root=no_other_root):
-    return resolve_point(value, "pipe", h.store, roots or [h.store.url], open_root)
+def split_location(url: str, roots: list[str], what: str) -> tuple[str, str]:
+    return Locations(roots[0], savepoint_roots=tuple(roots[1:])).split(url, what)
+
+
+def resolve(h, value, roots=None, open_root=no_other_root) -> RestorePoint:
+    roots = roots or [h.store.url]
+
+    def locate(url: str) -> tuple[ObjectStore, str]:
+        root, prefix = split_location(url, roots, "point")
+        return (h.store if root == roots[0].rstrip("/") else open_root(root)), prefix
+
+    return resolve_point(str(value if value is not None else "latest"), "pipe", h.store, locate)
 
 
 # ---- split_location ----------------------------------------------------------------------
