@@ -55,6 +55,7 @@ from microcheckpoint.ops import (
     list_pipelines,
     load_pipeline,
     parse_parallelism,
+    plan_restore,
     restore_pipeline,
     stop_with_savepoint,
     take_savepoint,
@@ -500,15 +501,16 @@ def restore_point(
     uids = None
     if module:
         uids = load_pipeline(module, name=pipe.name).uids
-    marker = restore_pipeline(
+    request = plan_restore(
         pipe,
         point,
         claim_mode=claim,
         parallelism=parallelism,
         allow_non_restored_state=allow_non_restored_state,
         uids=uids,
-        labels={"by": "microcheckpoint CLI"},
-        timeout_s=timeout,
+    )
+    marker = restore_pipeline(
+        pipe, request, labels={"by": "microcheckpoint CLI"}, timeout_s=timeout
     )
     out.print(f"restored {pipe.name} from {marker.source}", markup=False)
     if marker.note:

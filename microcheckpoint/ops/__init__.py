@@ -11,7 +11,7 @@ what another edge refuses.
 | savepoint | ``take_savepoint`` |
 | stop with savepoint | ``stop_with_savepoint`` |
 | dispose a savepoint | ``dispose_savepoint`` |
-| restore / re-base | ``plan_restore`` + ``apply_restore`` (``restore_pipeline``: the whole) |
+| restore / re-base | ``plan_restore`` + ``apply_restore`` (``restore_pipeline``: suspend, wait, apply) |
 | a parallelism in 1..max_parallelism | ``parse_parallelism`` |
 | cancel | ``cancel_pipeline`` |
 | pipelines in a root | ``list_pipelines`` |

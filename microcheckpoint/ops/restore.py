@@ -173,44 +173,31 @@ def apply_restore(
 
 def restore_pipeline(
     target: PipelineTarget,
-    point: str | None = "latest",
+    request: RestoreRequest,
     *,
-    claim_mode: ClaimMode | str | bool = ClaimMode.NO_CLAIM,
-    parallelism: Any = None,
-    allow_non_restored_state: bool = False,
-    uids: Iterable[str] | None = None,
     labels: Mapping[str, Any] | None = None,
     timeout_s: float = 600.0,
     on_wait: Callable[[list[CheckpointId]], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> RestoreMarker:
-    """The whole restore, as the restore DAG runs it in tasks.
+    """The whole restore of a request ``plan_restore`` checked (nothing was written on bad
+    input), as the restore DAG runs it in tasks.
 
-    Steps: 1. ``plan_restore`` (nothing written on bad input); 2. stop triggering; 3. wait
-    until no checkpoint is in flight; 4. ``apply_restore``. If step 3 or 4 fails, a pipeline
-    that was running keeps running.
+    Steps: 1. stop triggering; 2. wait until no checkpoint is in flight; 3.
+    ``apply_restore``. If step 2 or 3 fails, a pipeline that was running keeps running.
     """
-    # Step 1: check.
-    request = plan_restore(
-        target,
-        point,
-        claim_mode=claim_mode,
-        parallelism=parallelism,
-        allow_non_restored_state=allow_non_restored_state,
-        uids=uids,
-    )
     coord = target.coordinator()
     was_stopped = coord.suspended() is not None
-    # Step 2: stop triggering.
+    # Step 1: stop triggering.
     coord.suspend(
         f"restore ({(labels or {}).get('run_id') or (labels or {}).get('by') or 'requested'})"
     )
     try:
-        # Step 3: nothing in flight.
+        # Step 2: nothing in flight.
         await_quiet(coord, timeout_s, on_wait=on_wait, sleep=sleep)
     except BaseException:
         if not was_stopped:
             coord.resume()
         raise
-    # Step 4: re-base (it also resumes triggering).
+    # Step 3: re-base (it also resumes triggering).
     return apply_restore(target, request, labels)

@@ -67,7 +67,7 @@ def test_restoring_a_savepoint_of_the_pipeline_twice_copies_nothing(h: Harness) 
     url = take_savepoint(target(h))
     before = h.contents("pipe/savepoints/")
     for _ in range(2):
-        marker = restore_pipeline(target(h), url, sleep=lambda s: None)
+        marker = restore_pipeline(target(h), plan_restore(target(h), url), sleep=lambda s: None)
         assert marker.source == url
     assert h.contents("pipe/savepoints/") == before
     assert len(list_savepoints(h.store, "pipe")) == 1
@@ -80,7 +80,7 @@ def test_a_savepoint_url_through_a_root_above_the_storage_is_used_in_place(
     url = take_savepoint(target(h))
     parent = Path(h.store.url.removeprefix("file://")).parent.as_uri()
     above = target(h, parent)
-    marker = restore_pipeline(above, url, sleep=lambda s: None)
+    marker = restore_pipeline(above, plan_restore(above, url), sleep=lambda s: None)
     assert marker.source == url
     assert not [k for k in h.keys("pipe/savepoints/") if "imported-" in k]
 
@@ -97,7 +97,9 @@ def test_a_parallelism_outside_1_to_max_parallelism_is_refused_and_nothing_chang
     two_epochs(h)
     before = h.contents()
     with pytest.raises(ConfigError) as caught:
-        restore_pipeline(target(h), "latest", parallelism=value, sleep=lambda s: None)
+        restore_pipeline(
+            target(h), plan_restore(target(h), "latest", parallelism=value), sleep=lambda s: None
+        )
     assert str(caught.value) == (
         f"config field 'parallelism' = {shown} is invalid: an integer in 1..128 (the "
         "pipeline's max_parallelism)"
@@ -126,7 +128,9 @@ def test_a_point_outside_every_root_is_refused(h: Harness) -> None:
     two_epochs(h)
     before = h.contents()
     with pytest.raises(ConfigError, match=r"a location under one of the configured roots"):
-        restore_pipeline(target(h), "file:///elsewhere/sp", sleep=lambda s: None)
+        restore_pipeline(
+            target(h), plan_restore(target(h), "file:///elsewhere/sp"), sleep=lambda s: None
+        )
     assert h.contents() == before
 
 
@@ -199,7 +203,7 @@ def test_dispose_deletes_a_savepoint_and_refuses_what_is_not_one(h: Harness) -> 
         dispose_savepoint(target(h), f"{h.store.url}/pipe/chk-0000000002")
     with pytest.raises(CheckpointNotFound):
         dispose_savepoint(target(h), f"{h.store.url}/pipe/savepoints/nothing-here")
-    restore_pipeline(target(h), url, sleep=lambda s: None)
+    restore_pipeline(target(h), plan_restore(target(h), url), sleep=lambda s: None)
     with pytest.raises(RestoreError, match=r"no checkpoint has completed since"):
         dispose_savepoint(target(h), url)
     h.epoch(h.coordinator(), {TP0: 30})
@@ -231,7 +235,7 @@ def test_cancel_retains_checkpoints_aborts_the_one_in_flight_and_a_restore_resum
     assert view.records[flying].abort_reason is AbortReason.CANCELLED
     assert view.completed == [CheckpointId(2)]
     assert "cancelled" in h.coordinator().suspended().reason
-    marker = restore_pipeline(target(h), "latest", sleep=lambda s: None)
+    marker = restore_pipeline(target(h), plan_restore(target(h), "latest"), sleep=lambda s: None)
     assert marker.source == f"{h.store.url}/pipe/chk-0000000002"
     assert h.coordinator().suspended() is None
     assert h.epoch(h.coordinator(), {TP0: 40}).checkpoint_id == CheckpointId(4)
@@ -246,8 +250,8 @@ def test_cancel_with_delete_removes_every_checkpoint_never_a_savepoint(h: Harnes
     assert h.keys("pipe/chk-") == []
     assert h.contents("pipe/savepoints/") == savepoints
     with pytest.raises(CheckpointNotFound, match=r"no completed checkpoint to restore"):
-        restore_pipeline(target(h), "latest", sleep=lambda s: None)
-    restore_pipeline(target(h), url, sleep=lambda s: None)
+        restore_pipeline(target(h), plan_restore(target(h), "latest"), sleep=lambda s: None)
+    restore_pipeline(target(h), plan_restore(target(h), url), sleep=lambda s: None)
     # Ids are never reused: sinks publish each epoch once per id.
     assert h.epoch(h.coordinator(), {TP0: 30}).checkpoint_id == CheckpointId(3)
 
