@@ -37,7 +37,7 @@ COPY --chown=airflow:0 microcheckpoint /opt/microcheckpoint/microcheckpoint
 COPY --chown=airflow:0 spark_jobs /opt/microcheckpoint/spark_jobs
 COPY --chown=airflow:0 examples /opt/microcheckpoint/examples
 COPY --chown=airflow:0 dags /opt/microcheckpoint/dags
-COPY --chown=airflow:0 plugins /opt/microcheckpoint/plugins
+COPY --chown=airflow:0 microcheckpoint_airflow /opt/microcheckpoint/microcheckpoint_airflow
 # Imported by every Airflow component at start: loads the epoch task's modules once in the
 # processes tasks fork from.
 COPY --chown=airflow:0 docker/airflow_local_settings.py /opt/airflow/config/airflow_local_settings.py

@@ -1,7 +1,7 @@
 """A real Airflow for tests and the demo: ``airflow standalone`` on PostgreSQL, and a REST client.
 
 ``start_airflow`` starts a PostgreSQL server (``harness.postgres``) for the metadata database,
-writes an ``AIRFLOW_HOME`` with the project's ``dags/`` and ``plugins/``,
+writes an ``AIRFLOW_HOME`` with the project's ``dags/`` (the plugin is the installed package's),
 connections for the local broker and S3 server, and a known admin login, starts
 ``airflow standalone`` (API server, scheduler, DAG processor, triggerer, LocalExecutor) on
 a free loopback port in its own process group, and waits until every component reports
@@ -317,10 +317,11 @@ def airflow_environment(
     env = {
         **os.environ,
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
-        "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "plugins")]),
+        "PYTHONPATH": str(PROJECT_ROOT),
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        # The plugin comes from the installed package's `airflow.plugins` entry point.
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "8",

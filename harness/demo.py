@@ -2,7 +2,7 @@
 
 1. Starts Tansu (Kafka-compatible broker) and moto's S3 server on loopback ports, and
    ``airflow standalone`` (SQLite, LocalExecutor) with the project's ``dags/`` and
-   ``plugins/``; prints the UI address and login.
+   the installed package's plugin; prints the UI address and login.
 2. Produces lines of text to a 2-partition topic and unpauses ``wordcount_pipeline``:
    every run is one checkpoint (min pause → max concurrent → trigger → Spark epoch →
    await acks → complete → notify → retention); progress is printed as checkpoints land.

@@ -1,5 +1,5 @@
 """End to end with Airflow's real scheduler: ``airflow standalone`` on SQLite with the
-project's ``dags/`` and ``plugins/``, Tansu and the moto S3 server.
+project's ``dags/`` and the installed plugin, Tansu and the moto S3 server.
 
 The story, in order (the tests share one Airflow and run top to bottom):
 1. scheduled epochs of ``wordcount_pipeline`` consume the input exactly once;

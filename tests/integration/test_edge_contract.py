@@ -825,7 +825,7 @@ def test_a_dag_file_with_a_bad_pipeline_spec_is_one_import_error(places, tmp_pat
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MICROCHECKPOINT_", "AIRFLOW"))}
     env.update(
-        PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'plugins'}",
+        PYTHONPATH=str(REPO),
         AIRFLOW_HOME=str(home),
         MICROCHECKPOINT_REGISTRY=str(tmp_path / "registry"),
     )

@@ -429,10 +429,11 @@ def test_dags_and_plugins_folders_are_inside_the_copied_repository(
     for name in AIRFLOW_SERVICES:
         env = environment(services[name])
         assert env["AIRFLOW__CORE__DAGS_FOLDER"] == f"{project}/dags"
-        assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == f"{project}/plugins"
+        # The plugin is the installed package's entry point, not a plugins folder.
+        assert "AIRFLOW__CORE__PLUGINS_FOLDER" not in env
         assert env["PYTHONPATH"] == project
     assert copies[f"{project}/dags"] == "dags"
-    assert copies[f"{project}/plugins"] == "plugins"
+    assert copies[f"{project}/microcheckpoint_airflow"] == "microcheckpoint_airflow"
     assert copies[f"{project}/examples"] == "examples"
     assert copies[f"{project}/spark_jobs"] == "spark_jobs"
     assert dockerfile_env(dockerfile)["PYTHONPATH"] == project

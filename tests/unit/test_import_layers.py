@@ -35,11 +35,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("adapters", ("microcheckpoint.adapters",)),
     ("engine/sinks", ("microcheckpoint.engine", "microcheckpoint.sinks")),
     ("ops", ("microcheckpoint.ops",)),
-    ("cli/plugins", ("microcheckpoint.cli", "microcheckpoint_airflow", "microcheckpoint_plugin")),
+    ("cli/plugins", ("microcheckpoint.cli", "microcheckpoint_airflow")),
 ]
 # (importing module, imported module) -> why it may break the order. None today.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
-SOURCES = (ROOT / "microcheckpoint", ROOT / "plugins")
+SOURCES = (ROOT / "microcheckpoint", ROOT / "microcheckpoint_airflow")
 
 
 def layer_of(module: str) -> int | None:
@@ -54,8 +54,6 @@ def layer_of(module: str) -> int | None:
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[0] == "plugins":
-        parts = parts[1:]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)

@@ -404,7 +404,7 @@ def run_script(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
     }
     home = tmp_path / "airflow-home"
     home.mkdir(exist_ok=True)
-    clean.update(PYTHONPATH=f".{os.pathsep}plugins", AIRFLOW_HOME=str(home), **env)
+    clean.update(PYTHONPATH=".", AIRFLOW_HOME=str(home), **env)
     return subprocess.run(
         [sys.executable, "-c", IMPORT_DAG_FILES, *args],
         cwd=REPO,

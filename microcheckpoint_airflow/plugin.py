@@ -1,8 +1,10 @@
-"""Registers microcheckpoint with Airflow: the checkpoint history page and its JSON API.
+"""Registers microcheckpoint with Airflow: the Checkpoints page and its JSON API.
 
-The operators, sensors, triggers and the DAG factory live in the package
-``microcheckpoint_airflow`` next to this file; Airflow puts the plugins folder on
-``sys.path``, so DAG files, workers and the triggerer import it by name.
+Airflow finds this class through the distribution's ``airflow.plugins`` entry point (see
+``pyproject.toml``): installing ``microcheckpoint[airflow]`` into Airflow's environment is
+all it takes; nothing is copied into ``$AIRFLOW_HOME/plugins``. Do not also import this
+class from a module in the plugins folder: Airflow would find it twice and report the
+second as an import error.
 """
 
 from airflow.plugins_manager import AirflowPlugin
