@@ -127,7 +127,18 @@ class S3FaultProxy:
     loopback port (``url``) in threads of this process and stops with ``stop()``.
     """
 
-    def __init__(self, upstream: str, seed: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        upstream: str,
+        seed: int = 0,
+        host: str = "127.0.0.1",
+        credentials: tuple[str, str, str] | None = None,
+    ) -> None:
+        """``credentials`` (access key, secret key, region) let the proxy sign again a
+        request it changed (``STRIP_IF_NONE_MATCH``): a store that checks signatures, as
+        SeaweedFS does, refuses a signed header that went missing. Without them the changed
+        request goes with its old signature (fine for a store that checks none)."""
+        self.credentials = credentials
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"upstream {upstream!r} must be an http://host:port URL")
@@ -142,6 +153,23 @@ class S3FaultProxy:
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
         self.url = f"http://{host}:{self._server.server_address[1]}"
+
+    def _sign_again(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> list[tuple[str, str]]:
+        """``headers`` with a new SigV4 signature over what is left of the request."""
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        assert self.credentials is not None
+        access, secret, region = self.credentials
+        stale = {"authorization", "x-amz-date", "x-amz-content-sha256"}
+        kept = [(k, v) for k, v in headers if k.lower() not in stale]
+        host = next(v for k, v in kept if k.lower() == "host")
+        request = AWSRequest(method, f"http://{host}{path}", headers=dict(kept), data=body)
+        S3SigV4Auth(Credentials(access, secret), "s3", region).add_auth(request)
+        return list(request.headers.items())
 
     # ---- rules and counts ---------------------------------------------------------------
 
@@ -254,6 +282,8 @@ class S3FaultProxy:
                 if body or self.command in ("PUT", "POST"):
                     headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
                     headers.append(("Content-Length", str(len(body))))
+                if drop and proxy.credentials is not None:
+                    headers = proxy._sign_again(self.command, self.path, headers, body)
                 for attempt in (1, 2):
                     if self.upstream_conn is None:
                         self.upstream_conn = http.client.HTTPConnection(*proxy.upstream, timeout=60)

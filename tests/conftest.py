@@ -39,7 +39,7 @@ def s3_endpoint(service_log_dir: Path) -> Iterator[services.S3Endpoint]:
             os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
         )
         return
-    service, endpoint = services.start_moto(service_log_dir)
+    service, endpoint = services.start_seaweedfs(service_log_dir)
     try:
         yield endpoint
     finally:
@@ -155,3 +155,15 @@ def spark_connect_url(service_log_dir: Path) -> Iterator[str]:
         yield service.address
     finally:
         service.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(service_log_dir: Path):
+    """A Spark standalone master and two workers (1 core, 1g each) on loopback ports."""
+    from harness.spark_cluster import start_spark_cluster
+
+    cluster = start_spark_cluster(service_log_dir / "spark-cluster")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

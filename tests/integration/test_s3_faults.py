@@ -73,7 +73,8 @@ SET_ONCE = ("_pending", "_outcome", "_metadata", "_attempt-")  # and acks/: put-
 
 @pytest.fixture
 def proxy(s3_endpoint) -> Iterator[S3FaultProxy]:
-    with S3FaultProxy(s3_endpoint.url, seed=SEED) as started:
+    keys = (s3_endpoint.access_key, s3_endpoint.secret_key, s3_endpoint.region)
+    with S3FaultProxy(s3_endpoint.url, seed=SEED, credentials=keys) as started:
         yield started
 
 
