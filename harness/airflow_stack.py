@@ -307,7 +307,7 @@ def airflow_environment(
     ``spark_connect`` (``sc://host:port``) becomes connection ``spark_connect_default``.
     """
     venv_bin = str(Path(sys.executable).parent)
-    storage_conn: dict[str, Any] = {"conn_type": "aws"}
+    storage_conn: dict[str, Any] = {"conn_type": "microcheckpoint_storage"}
     if s3 is not None:
         storage_conn.update(
             login=s3.access_key,
@@ -345,11 +345,11 @@ def airflow_environment(
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW_CONN_MICROCHECKPOINT_STORAGE": json.dumps(storage_conn),
         "AIRFLOW_CONN_MICROCHECKPOINT_KAFKA": json.dumps(
-            {"conn_type": "generic", "extra": {"bootstrap.servers": kafka_bootstrap}}
+            {"conn_type": "microcheckpoint_kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
         ),
         "AIRFLOW_CONN_MICROCHECKPOINT_AIRFLOW_API": json.dumps(
             {
-                "conn_type": "http",
+                "conn_type": "microcheckpoint_api",
                 "host": "127.0.0.1",
                 "port": port,
                 "schema": "http",

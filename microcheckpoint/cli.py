@@ -83,6 +83,19 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 BAD_INPUT = (ConfigError, CheckpointNotFound, IncompatibleCheckpoint, InvalidValue, RestoreError)
 BOOTSTRAP_HELP = "Kafka bootstrap servers (host:port); overrides the global --bootstrap"
+# The extra (pyproject.toml) that installs each optional package a command may import:
+# `pip install microcheckpoint[cli]` alone has none of them.
+EXTRA_OF = {
+    "boto3": "s3",
+    "botocore": "s3",
+    "kafka": "kafka",
+    "confluent_kafka": "kafka",
+    "pyspark": "spark",
+    "py4j": "spark",
+    "pyarrow": "spark",
+    "pandas": "spark",
+    "pyiceberg": "iceberg",
+}
 
 
 @dataclass
@@ -152,7 +165,8 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 def handles_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """One line per error: exit 2 for bad input, 1 for anything else the core raises."""
+    """One line per error: exit 2 for bad input, 1 for anything else the core raises, and
+    1 for an optional package that is not installed (the line names the extra to install)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -162,6 +176,15 @@ def handles_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise _fail(str(exc), 2) from None
         except MicrocheckpointError as exc:
             raise _fail(str(exc), 1) from None
+        except ModuleNotFoundError as exc:
+            extra = EXTRA_OF.get((exc.name or "").partition(".")[0])
+            if extra is None:
+                raise
+            message = (
+                f"this command needs the package {exc.name!r}, which is not installed; "
+                f"install it with: pip install 'microcheckpoint[{extra}]'"
+            )
+            raise _fail(message, 1) from None
 
     return wrapper
 

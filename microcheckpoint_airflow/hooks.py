@@ -1,11 +1,18 @@
 """Hooks: Airflow connections in, the core's adapters out, and nothing else.
 
-- ``CheckpointStorageHook`` (an ``aws`` connection: login = access key, password = secret
-  key, extra ``endpoint_url`` and ``region_name``) opens checkpoint storage by root URL.
-- ``KafkaHook`` (extra ``bootstrap.servers``, or host and port) gives the bootstrap
-  servers and a ``KafkaOffsets`` client.
-- ``AirflowApiHook`` (an ``http`` connection to Airflow's API server) pauses and unpauses
-  DAGs through the REST API v2; tasks in Airflow 3 have no database access of their own.
+- ``CheckpointStorageHook`` (type ``microcheckpoint_storage``: login = access key,
+  password = secret key, extra ``endpoint_url`` and ``region_name``) opens checkpoint
+  storage by root URL.
+- ``KafkaHook`` (type ``microcheckpoint_kafka``: extra ``bootstrap.servers`` or
+  ``bootstrap_servers``, or host and port) gives the bootstrap servers and a
+  ``KafkaOffsets`` client.
+- ``AirflowApiHook`` (type ``microcheckpoint_api``: host, port, schema, login, password of
+  Airflow's API server) pauses and unpauses DAGs through the REST API v2; tasks in Airflow 3
+  have no database access of their own.
+
+Each hook's ``conn_type`` is its own (``provider.py`` registers them with Airflow, so they
+clash with no other provider's), but a hook reads a connection of any type by its id:
+connections made before these types existed (``aws``, ``generic``, ``http``) keep working.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from microcheckpoint.adapters.airflow_api import AirflowApi
 from microcheckpoint.errors import ConfigError
 from microcheckpoint.ops.stores import StorageSettings
 from microcheckpoint.storage import ObjectStore
+from microcheckpoint_airflow.provider import API_CONN_TYPE, KAFKA_CONN_TYPE, STORAGE_CONN_TYPE
 
 __all__ = [
     "DEFAULT_API_CONN_ID",
@@ -58,7 +66,10 @@ def _connection(conn_id: str) -> Any | None:
 
 
 class CheckpointStorageHook(BaseHook):
-    """Checkpoint storage from an ``aws`` connection (optional for ``file://`` roots).
+    """Checkpoint storage from an S3 connection (optional for ``file://`` roots).
+
+    The connection's type may be ``microcheckpoint_storage`` or any other (``aws``): only
+    login, password and the extras ``endpoint_url`` and ``region_name`` are read.
 
     Without the connection, S3 uses boto3's default credential chain and
     ``MICROCHECKPOINT_S3_ENDPOINT`` (the way to use IAM roles).
@@ -66,7 +77,7 @@ class CheckpointStorageHook(BaseHook):
 
     conn_name_attr = "storage_conn_id"
     default_conn_name = DEFAULT_STORAGE_CONN_ID
-    conn_type = "aws"
+    conn_type = STORAGE_CONN_TYPE
     hook_name = "microcheckpoint checkpoint storage"
 
     def __init__(self, storage_conn_id: str = DEFAULT_STORAGE_CONN_ID) -> None:
@@ -102,11 +113,14 @@ class CheckpointStorageHook(BaseHook):
 
 
 class KafkaHook(BaseHook):
-    """Kafka bootstrap servers from a connection (or ``MICROCHECKPOINT_KAFKA_BOOTSTRAP``)."""
+    """Kafka bootstrap servers from a connection (or ``MICROCHECKPOINT_KAFKA_BOOTSTRAP``).
+
+    The connection's type may be ``microcheckpoint_kafka`` or any other (``generic``).
+    """
 
     conn_name_attr = "kafka_conn_id"
     default_conn_name = DEFAULT_KAFKA_CONN_ID
-    conn_type = "generic"
+    conn_type = KAFKA_CONN_TYPE
     hook_name = "microcheckpoint Kafka"
 
     def __init__(self, kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID) -> None:
@@ -140,11 +154,14 @@ class KafkaHook(BaseHook):
 
 
 class AirflowApiHook(BaseHook):
-    """Airflow's REST API v2 through an ``http`` connection (host, port, login, password)."""
+    """Airflow's REST API v2 through a connection (host, port, schema, login, password).
+
+    The connection's type may be ``microcheckpoint_api`` or any other (``http``).
+    """
 
     conn_name_attr = "api_conn_id"
     default_conn_name = DEFAULT_API_CONN_ID
-    conn_type = "http"
+    conn_type = API_CONN_TYPE
     hook_name = "microcheckpoint Airflow API"
 
     def __init__(self, api_conn_id: str = DEFAULT_API_CONN_ID) -> None:
@@ -158,7 +175,7 @@ class AirflowApiHook(BaseHook):
             raise ConfigError(
                 "api_conn_id",
                 self.api_conn_id,
-                "an http connection to Airflow's API server (host, port, login, password) "
+                "a connection to Airflow's API server (host, port, login, password) "
                 "so the savepoint and restore DAGs can pause and unpause the pipeline DAG",
             )
         host = conn.host if "://" in conn.host else f"{conn.schema or 'http'}://{conn.host}"

@@ -13,12 +13,15 @@ import socket
 import threading
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
+from importlib import metadata, resources
 from typing import Any
 
+import jsonschema
 import pytest
 
 from microcheckpoint.errors import ConfigError
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
+from microcheckpoint_airflow.provider import get_provider_info
 from tests.unit.jsonhttp import JsonHandler
 
 STORAGE_ENV = "AIRFLOW_CONN_MICROCHECKPOINT_STORAGE"
@@ -47,14 +50,44 @@ def set_conn(monkeypatch: pytest.MonkeyPatch, env: str, **fields: Any) -> None:
     monkeypatch.setenv(env, json.dumps(fields))
 
 
+def test_each_hook_declares_the_connection_type_the_provider_registers() -> None:
+    """Airflow warns ("Inconsistency!") when a hook's conn_type differs from provider info."""
+    declared = {
+        item["connection-type"]: item["hook-class-name"]
+        for item in get_provider_info()["connection-types"]
+    }
+    assert declared == {
+        "microcheckpoint_storage": "microcheckpoint_airflow.hooks.CheckpointStorageHook",
+        "microcheckpoint_kafka": "microcheckpoint_airflow.hooks.KafkaHook",
+        "microcheckpoint_api": "microcheckpoint_airflow.hooks.AirflowApiHook",
+    }
+    hooks = (CheckpointStorageHook, KafkaHook, AirflowApiHook)
+    assert {hook.conn_type: f"{hook.__module__}.{hook.__name__}" for hook in hooks} == declared
+
+
+def test_the_provider_info_is_valid_for_airflow() -> None:
+    """Validated against the schema Airflow's ProvidersManager applies at discovery."""
+    schema = json.loads(
+        resources.files("airflow").joinpath("provider_info.schema.json").read_text()
+    )
+    info = get_provider_info()
+    jsonschema.validate(info, schema)
+    assert info["package-name"] == "microcheckpoint"
+    assert info["versions"] == [metadata.version("microcheckpoint")]
+    assert "plugins" not in info  # the airflow.plugins entry point registers the plugin
+
+
 # ---- CheckpointStorageHook ----------------------------------------------------------------
 
 
-def test_store_options_from_an_aws_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("conn_type", ["microcheckpoint_storage", "aws"])
+def test_store_options_from_a_connection_of_either_type(
+    monkeypatch: pytest.MonkeyPatch, conn_type: str
+) -> None:
     set_conn(
         monkeypatch,
         STORAGE_ENV,
-        conn_type="aws",
+        conn_type=conn_type,
         login="k",
         password="s",
         extra={"endpoint_url": "http://x:1", "region_name": "eu-west-1"},
@@ -111,11 +144,12 @@ def test_a_malformed_storage_connection_is_an_error(monkeypatch, value: str) -> 
 # ---- KafkaHook ----------------------------------------------------------------------------
 
 
-def test_bootstrap_servers_from_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("conn_type", ["microcheckpoint_kafka", "generic"])
+def test_bootstrap_servers_from_the_extra(monkeypatch: pytest.MonkeyPatch, conn_type: str) -> None:
     set_conn(
         monkeypatch,
         KAFKA_ENV,
-        conn_type="generic",
+        conn_type=conn_type,
         host="ignored",
         extra={"bootstrap.servers": "b1:9092,b2:9092"},
     )
@@ -125,7 +159,7 @@ def test_bootstrap_servers_from_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
 
 @pytest.mark.parametrize(("port", "expected"), [(19092, "broker:19092"), (None, "broker:9092")])
 def test_bootstrap_servers_from_host_and_port(monkeypatch, port, expected) -> None:
-    fields = {"conn_type": "generic", "host": "broker"}
+    fields = {"conn_type": "microcheckpoint_kafka", "host": "broker"}
     if port is not None:
         fields["port"] = port
     set_conn(monkeypatch, KAFKA_ENV, **fields)
@@ -202,11 +236,13 @@ def api() -> Iterator[FakeApi]:
         yield server
 
 
-def api_conn(monkeypatch, port: int, password: str = "pw") -> None:
+def api_conn(
+    monkeypatch, port: int, password: str = "pw", conn_type: str = "microcheckpoint_api"
+) -> None:
     set_conn(
         monkeypatch,
         API_ENV,
-        conn_type="http",
+        conn_type=conn_type,
         host="127.0.0.1",
         port=port,
         login="admin",
@@ -214,9 +250,14 @@ def api_conn(monkeypatch, port: int, password: str = "pw") -> None:
     )
 
 
-@pytest.mark.parametrize("paused", [True, False])
-def test_set_paused_patches_the_dag_with_a_token(monkeypatch, api: FakeApi, paused: bool) -> None:
-    api_conn(monkeypatch, api.port)
+@pytest.mark.parametrize(
+    ("paused", "conn_type"),
+    [(True, "microcheckpoint_api"), (False, "microcheckpoint_api"), (True, "http")],
+)
+def test_set_paused_patches_the_dag_with_a_token(
+    monkeypatch, api: FakeApi, paused: bool, conn_type: str
+) -> None:
+    api_conn(monkeypatch, api.port, conn_type=conn_type)
     answer = AirflowApiHook().set_paused("wc_pipeline", paused)
     assert answer == {"dag_id": "wc_pipeline", "is_paused": paused}
     assert api.requests == [

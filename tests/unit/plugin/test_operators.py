@@ -700,7 +700,7 @@ def test_set_paused_without_an_api_connection_fails_naming_it(env: Env, monkeypa
     with pytest.raises(AirflowFailException) as caught:
         op.execute(CONTEXT)
     assert str(caught.value) == (
-        "config field 'api_conn_id' = 'microcheckpoint_airflow_api' is invalid: an http "
+        "config field 'api_conn_id' = 'microcheckpoint_airflow_api' is invalid: a "
         "connection to Airflow's API server (host, port, login, password) so the savepoint "
         "and restore DAGs can pause and unpause the pipeline DAG"
     )
