@@ -1,0 +1,74 @@
+"""An owner for test_service_reaping: start the harness's services, print their pids, wait.
+
+``python reaping_owner.py LOG_DIR [--airflow]`` starts, through the harness as the tests do,
+the local stack (the S3 server and Tansu), a Spark Connect server, PostgreSQL (or, with
+``--airflow``, ``airflow standalone`` on its own PostgreSQL) and a service whose child
+leaves the process group and daemonizes (as Spark's scripts and Airflow's children may).
+It then prints one JSON line ``{"services": {name: pid}, "daemon": pid}`` and sleeps until
+it is killed; it never stops what it started: that is the guards' job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness import services
+from harness.airflow_stack import start_airflow
+from harness.postgres import start_postgres
+
+# The daemon: forked twice, in a session of its own, ignoring SIGTERM; writes its pid.
+DAEMON = """
+import os, signal, sys, time
+first = os.fork()
+if first == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with open(sys.argv[1] + ".tmp", "w") as out:
+            out.write(str(os.getpid()))
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        time.sleep(100000)
+    os._exit(0)
+os.waitpid(first, 0)
+time.sleep(100000)
+"""
+TREE = f"""
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", {DAEMON!r}, sys.argv[1]], start_new_session=True)
+time.sleep(100000)
+"""
+
+
+def main(log_dir: Path, airflow: bool) -> None:
+    """Start everything, print the pids, sleep (the ``with`` never exits normally)."""
+    with services.local_stack(log_dir) as stack:
+        started = {service.name: service.pid for service in stack.started}
+        connect = services.start_spark_connect(log_dir)
+        started[connect.name] = connect.pid
+        if airflow:
+            world = start_airflow(log_dir / "airflow", stack.kafka_bootstrap, stack.s3)
+            started["airflow"] = world.service.pid
+            started["postgres"] = world.postgres.service.pid  # type: ignore[union-attr]
+        else:
+            started["postgres"] = start_postgres(log_dir / "postgres").service.pid
+        daemon_file = log_dir / "daemon.pid"
+        tree = services._spawn(
+            "tree", [sys.executable, "-c", TREE, str(daemon_file)], dict(os.environ), log_dir, "-"
+        )
+        started[tree.name] = tree.pid
+        while not daemon_file.exists():
+            time.sleep(0.05)
+        line = {"services": started, "daemon": int(daemon_file.read_text())}
+        print(json.dumps(line), flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), "--airflow" in sys.argv[2:])
