@@ -1,6 +1,6 @@
 """``make demo``: the word count run by Airflow's scheduler, with a savepoint and a restore.
 
-1. Starts Tansu (Kafka-compatible broker) and moto's S3 server on loopback ports, and
+1. Starts Tansu (Kafka-compatible broker) and SeaweedFS (S3) on loopback ports, and
    ``airflow standalone`` (SQLite, LocalExecutor) with the project's ``dags/`` and
    the installed package's plugin; prints the UI address and login.
 2. Produces lines of text to a 2-partition topic and unpauses ``wordcount_pipeline``:
@@ -27,6 +27,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from harness import services
 from harness.airflow_stack import PROJECT_ROOT, AirflowStack, start_airflow
@@ -85,7 +86,36 @@ def _consumed(ends: int):
     return check
 
 
-def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> int:
+def _start_spark(log_dir: Path, spark: str, started: list[services.Service]) -> services.Service:
+    """The demo's Spark Connect server, appended to ``started`` with what it needs.
+
+    ``spark`` is ``local`` (the server runs ``local[2]`` in its own JVM) or ``cluster`` (a
+    standalone master and two workers on loopback, ``harness.spark_cluster``, are the
+    server's master: the executors are JVMs of the workers, with their own Python workers).
+    """
+    if spark == "local":
+        connect = services.start_spark_connect(log_dir)
+        started.append(connect)
+        _say(f"Spark: a Spark Connect server on local[2] ({connect.address})")
+        return connect
+    from harness.spark_cluster import start_spark_cluster
+
+    cluster = start_spark_cluster(log_dir / "spark-cluster")
+    started.extend(cluster.services)
+    loopback = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    connect = services.start_spark_connect(log_dir, master=cluster.master_url, conf=loopback)
+    started.append(connect)
+    _say(
+        f"Spark: a Spark Connect server ({connect.address}) whose master is the standalone "
+        f"cluster {cluster.master_url}: {len(cluster.workers)} workers, executors in JVMs "
+        f"of their own (master UI {cluster.web_url})"
+    )
+    return connect
+
+
+def run(
+    lines_first: int, lines_second: int, max_records: int, keep: bool, spark: str = "local"
+) -> int:
     from examples import wordcount
     from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
     from microcheckpoint.sinks.files import read_committed
@@ -97,11 +127,10 @@ def run(lines_first: int, lines_second: int, max_records: int, keep: bool) -> in
     output.mkdir(parents=True)
     sink = f"file://{output / 'published'}"
     _say(
-        f"starting Tansu, the moto S3 server, a Spark Connect server and Airflow (logs in {output})"
+        f"starting Tansu, SeaweedFS (S3), a Spark Connect server and Airflow (logs in {output})"
     )
     with services.local_stack(output / "service-logs") as stack:
-        connect = services.start_spark_connect(output / "service-logs")
-        stack.started.append(connect)
+        connect = _start_spark(output / "service-logs", spark, stack.started)
         s3 = stack.s3
         client = make_client(s3.url, s3.region, s3.access_key, s3.secret_key)
         ensure_bucket(client, BUCKET)
@@ -293,11 +322,18 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("KEEP", "") not in ("", "0"),
         help="leave everything running at the end (make demo KEEP=1)",
     )
+    parser.add_argument(
+        "--spark",
+        choices=("local", "cluster"),
+        default=os.environ.get("SPARK") or "local",
+        help="the Connect server's master: local[2], or a standalone cluster (make demo "
+        "SPARK=cluster)",
+    )
     args = parser.parse_args(argv)
     # A SIGTERM (a `timeout`, a CI job cancelled) unwinds like Ctrl-C, so every service
     # this demo started is stopped by its `finally`, none left orphaned.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    return run(args.lines, args.more_lines, args.max_records, args.keep)
+    return run(args.lines, args.more_lines, args.max_records, args.keep, args.spark)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """``make demo-engine``: the word count as checkpointed Spark epochs (no Airflow), a kill -9, exact recovery.
 
-1. Starts Tansu (Kafka-compatible broker) and moto's S3 server on loopback ports.
+1. Starts Tansu (Kafka-compatible broker) and SeaweedFS (S3) on loopback ports.
 2. Produces lines of text between epochs to a 3-partition topic.
 3. Runs the word count (examples/wordcount.py) epoch by epoch with local Spark: each epoch
    is a checkpoint with a barrier of real end offsets; keyed state (a count per word, in
@@ -92,7 +92,7 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
     from microcheckpoint.sinks.files import read_committed
     from microcheckpoint.state.reader import read_keyed_state
 
-    _say("starting the local broker (Tansu) and S3 server (moto) ...")
+    _say("starting the local broker (Tansu) and S3 store (SeaweedFS) ...")
     with services.local_stack() as stack:
         _say(f"Kafka at {stack.kafka_bootstrap}, S3 at {stack.s3.url}")
         client = make_client(

@@ -3,7 +3,7 @@
 ``find_leaks(folders, secrets)`` reads every file under ``folders`` whose name looks like a
 log (``*.log``, ``*.out``, ``*.err``, Airflow's task logs) and reports each secret value
 found in one, by name, never by value. The end-to-end tests and ``make demo`` check the
-logs of their Airflow, Tansu, moto, Spark and PostgreSQL this way.
+logs of their Airflow, Tansu, SeaweedFS, Spark and PostgreSQL this way.
 """
 
 from __future__ import annotations

@@ -45,7 +45,6 @@ __all__ = [
     "Service",
     "free_port",
     "local_stack",
-    "start_moto",
     "start_seaweedfs",
     "start_spark_connect",
     "start_tansu",
@@ -244,24 +243,6 @@ def _http_answers(url: str) -> bool:
         return exc.code < 500
     except (OSError, ValueError):
         return False
-
-
-def start_moto(log_dir: Path, timeout: float = 30.0) -> tuple[Service, S3Endpoint]:
-    """Start ``moto_server`` (S3 over HTTP, in memory) on a free loopback port."""
-    port = free_port()
-    moto = Path(sys.executable).with_name("moto_server")
-    argv = [str(moto)] if moto.exists() else [sys.executable, "-m", "moto.server"]
-    argv += ["-H", "127.0.0.1", "-p", str(port)]
-    # Keys of its own each start (moto accepts any): a leaked one is then findable in logs.
-    endpoint = S3Endpoint(
-        f"http://127.0.0.1:{port}",
-        access_key=f"MCPTEST{secrets.token_hex(6).upper()}",
-        secret_key=secrets.token_urlsafe(24),
-    )
-    env = {**os.environ, **endpoint.environment()}
-    service = _spawn("moto-s3", argv, env, log_dir, endpoint.url)
-    _wait_until(service, lambda: _http_answers(endpoint.url + "/"), timeout)
-    return service, endpoint
 
 
 def seaweedfs_binary() -> Path:

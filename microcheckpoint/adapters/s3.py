@@ -1,4 +1,4 @@
-"""``s3://`` checkpoint storage over boto3 (AWS S3, MinIO, moto's server).
+"""``s3://`` checkpoint storage over boto3 (AWS S3, SeaweedFS, MinIO, ...).
 
 Conditional writes use ``If-None-Match: *`` (put-if-absent) and ``If-Match: <etag>``
 (compare-and-swap). botocore's own retries are switched off: a retried conditional PUT

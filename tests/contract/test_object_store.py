@@ -1,6 +1,6 @@
 """One contract for the object-store port, run against the file store and the S3 server.
 
-The S3 variant talks HTTP to a real moto server (or the S3 named by
+The S3 variant talks HTTP to a real SeaweedFS (or the S3 named by
 MICROCHECKPOINT_S3_ENDPOINT); nothing here is mocked.
 """
 

@@ -1,5 +1,5 @@
 """End to end with Airflow's real scheduler: ``airflow standalone`` on SQLite with the
-project's ``dags/`` and the installed plugin, Tansu and the moto S3 server.
+project's ``dags/`` and the installed plugin, Tansu and SeaweedFS (S3).
 
 The story, in order (the tests share one Airflow and run top to bottom):
 1. scheduled epochs of ``wordcount_pipeline`` consume the input exactly once;
@@ -1454,7 +1454,7 @@ def test_a_cancel_with_delete_removes_checkpoints_not_savepoints_and_restores(wo
 
 def test_no_credential_appears_in_any_log(world: World, s3_endpoint, service_log_dir):
     # Last: every log of the whole story is written (Airflow's own and each task's, the
-    # services'). The S3 keys are this session's own (harness.services.start_moto).
+    # services'). The S3 keys are this session's own (harness.services.start_seaweedfs).
     secrets = {
         "S3 secret key": s3_endpoint.secret_key,
         "Airflow admin password": world.airflow.password,

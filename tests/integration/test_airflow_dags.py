@@ -1,4 +1,4 @@
-"""The pipeline, savepoint and restore DAGs run with ``dag.test()`` against Tansu and moto.
+"""The pipeline, savepoint and restore DAGs run with ``dag.test()`` against Tansu and SeaweedFS.
 
 Each scenario runs the project's own DAG files (``dags/``) in a separate process with
 Airflow's SQLite database and storage on the S3 server, its epochs in each of the three

@@ -6,7 +6,7 @@ is ``PythonException()``, with the worker's traceback in its text;
 ``microcheckpoint.engine.errors.failure_cause`` turns it into one line.
 
 - Through Airflow: the pipeline's DAG (``failing_dag.py``) runs one epoch with
-  ``dag.test()`` (Airflow's own task execution, against Tansu and moto) as a client of the
+  ``dag.test()`` (Airflow's own task execution, against Tansu and SeaweedFS) as a client of the
   Spark Connect server, as ``make demo`` does. The epoch task fails with exactly
   ``checkpoint 1: ValueError: bad row 3``, and the checkpoint is aborted.
 - In-process Spark (the other mode of the same operator): the engine's cycle on the

@@ -1,7 +1,7 @@
 """IcebergSink stories: each epoch lands exactly once, whatever is re-committed or crashes.
 
 Tables live in a SQLite ``SqlCatalog`` under ``tmp_path`` (warehouse on the local file system,
-or on the session's moto S3 server). Every assertion is on the exact table contents.
+or on the session's SeaweedFS). Every assertion is on the exact table contents.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""KafkaOffsets against real brokers: Tansu on memory storage and Tansu on S3 (moto) storage.
+"""KafkaOffsets against real brokers: Tansu on memory storage and Tansu on S3 (SeaweedFS) storage.
 
 Nothing is mocked. Tansu 0.6 answers ListOffsets LATEST and by-timestamp wrongly (see
 the adapter corrects them); every expected value below is the Kafka answer, so the same tests also pass

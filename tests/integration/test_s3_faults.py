@@ -1,7 +1,7 @@
-"""Checkpoints on S3 under injected faults: the fault proxy between boto3 and moto.
+"""Checkpoints on S3 under injected faults: the fault proxy between boto3 and SeaweedFS.
 
 Every S3 request of the driver and of the Spark executors goes through
-``harness.s3_proxy.S3FaultProxy``, which forwards it to the session's moto server or injects
+``harness.s3_proxy.S3FaultProxy``, which forwards it to the session's SeaweedFS or injects
 a fault by rule. The stories:
 
 - a pipeline runs its epochs under each fault kind (500, 503 SlowDown, connection reset,
@@ -14,7 +14,7 @@ a fault by rule. The stories:
   ``_outcome``, ``_metadata``) is resolved as OK by reading back, and as CONFLICT where
   another writer won;
 - the store probe refuses a store that ignores ``If-None-Match`` before anything of the
-  pipeline is written, and passes plain moto once.
+  pipeline is written, and passes plain SeaweedFS once.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _versioned_bucket(s3_client) -> str:
 
 
 def _stores(s3_endpoint, s3_client, proxy: S3FaultProxy, bucket: str) -> tuple[S3Store, S3Store]:
-    """The store through the proxy, and the same store straight to moto (for checking)."""
+    """The store through the proxy, and the same store straight to SeaweedFS (for checking)."""
     client = make_client(**_options(s3_endpoint, proxy.url))
     return S3Store(client, bucket, PREFIX), S3Store(s3_client, bucket, PREFIX)
 
@@ -139,7 +139,7 @@ def _past_retries(exc: Exception) -> bool:
 
 
 def _invariant_violations(store: S3Store, s3_client, bucket: str, name: str, kafka) -> list[str]:
-    """What breaks the protocol's promises, read from moto directly (empty when all hold)."""
+    """What breaks the protocol's promises, read from SeaweedFS directly (empty when all hold)."""
     layout = Layout(name)
     view = scan(store, layout)
     problems: list[str] = []
@@ -383,7 +383,7 @@ def test_a_store_that_ignores_if_none_match_is_refused_before_the_first_checkpoi
     assert not direct.exists(MARKER_KEY)
 
 
-def test_plain_moto_passes_the_probe_and_it_runs_once_per_root(
+def test_plain_seaweedfs_passes_the_probe_and_it_runs_once_per_root(
     proxy, s3_endpoint, s3_client
 ) -> None:
     bucket = _versioned_bucket(s3_client)

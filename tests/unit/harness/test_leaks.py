@@ -14,11 +14,11 @@ def test_a_secret_in_a_task_log_is_found_by_name(tmp_path: Path) -> None:
     task.mkdir(parents=True)
     (task / "attempt=1.log").write_text("connecting with key s3cr3t-value-1234 to S3\n")
     (tmp_path / "airflow.cfg").write_text("secret = s3cr3t-value-1234\n")  # not a log
-    (tmp_path / "moto.out").write_text("GET /bucket 200\n")
+    (tmp_path / "seaweedfs.out").write_text("GET /bucket 200\n")
     secrets = {"S3 secret key": "s3cr3t-value-1234", "password": "another-long-one"}
     assert [p.name for p in log_files([tmp_path, tmp_path / "absent"])] == [
         "attempt=1.log",
-        "moto.out",
+        "seaweedfs.out",
     ]
     assert find_leaks([tmp_path], secrets) == [f"{task / 'attempt=1.log'}: S3 secret key"]
     (task / "attempt=1.log").write_text("connecting to S3\n")
