@@ -19,7 +19,9 @@ A rule matches by operation (``Op``), a glob over the object key (``fnmatch``: `
 matches ``/``), a probability drawn from the proxy's seeded generator, and an optional count
 of faults after which it stops. The first matching rule whose draw succeeds applies. The
 proxy counts what it injected (``injected``, ``faults``) and what it saw (``seen``,
-``requests``).
+``requests``), and logs every request with its HTTP method, ``Host`` header, client port,
+status and start and end times (``log``, ``RequestRecord``), with how many were in flight at
+once (``max_in_flight``): what ``bench/s3_requests.py`` counts an epoch's requests from.
 
 Requests from several threads or processes arrive in an order the proxy does not control,
 so a seed fixes the draws, not which request gets them.
@@ -40,7 +42,15 @@ from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["FaultKind", "FaultRule", "InjectedFault", "Op", "S3FaultProxy", "classify"]
+__all__ = [
+    "FaultKind",
+    "FaultRule",
+    "InjectedFault",
+    "Op",
+    "RequestRecord",
+    "S3FaultProxy",
+    "classify",
+]
 
 
 class Op(Enum):
@@ -97,6 +107,28 @@ class InjectedFault:
     key: str
 
 
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the proxy answered (or reset), as logged in ``S3FaultProxy.log``.
+
+    Times are ``time.monotonic()`` seconds in this process: ``started`` when the request
+    line arrived, ``ended`` after the answer was written (or the connection reset). A
+    request reset before any answer has ``status`` None.
+    """
+
+    op: Op
+    method: str  # the HTTP method: tells HEAD from GET, and DeleteObjects' POST
+    key: str
+    path: str  # the request path with its query (a LIST's prefix is in the query)
+    host: str  # the Host header: which client endpoint sent it
+    client_port: int  # the client's end of the connection
+    started: float
+    ended: float
+    status: int | None
+    body_bytes: int = 0  # the request's body (what a PUT uploads)
+    answer_bytes: int = 0  # the answer's body (what a GET downloads)
+
+
 def classify(method: str, path: str, headers: dict[str, str]) -> tuple[Op, str]:
     """The operation and object key of a path-style S3 request (``/bucket/key?query``)."""
     parts = urlsplit(path)
@@ -147,6 +179,9 @@ class S3FaultProxy:
         self.faults: list[InjectedFault] = []
         self.seen: Counter[Op] = Counter()
         self.requests: list[tuple[Op, str]] = []  # every request, in arrival order
+        self.log: list[RequestRecord] = []  # every request, in the order they ended
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests in flight at once
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), self._handler_class())
@@ -201,6 +236,16 @@ class S3FaultProxy:
                     return rule
         return None
 
+    def _began(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _ended(self, record: RequestRecord) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self.log.append(record)
+
     # ---- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> S3FaultProxy:
@@ -235,7 +280,37 @@ class S3FaultProxy:
                 pass  # quiet: the tests read the counts, not a log
 
             def do_GET(self) -> None:
-                self._relay()
+                self._logged()
+
+            def _logged(self) -> None:
+                """``_relay``, logged as a ``RequestRecord`` (the faults are ``_relay``'s)."""
+                started = time.monotonic()
+                self._status: int | None = None
+                self._sizes = [0, 0]  # request body, answer body
+                proxy._began()
+                try:
+                    self._relay()
+                finally:
+                    ended = time.monotonic()
+                    op, key = classify(self.command, self.path, dict(self.headers.items()))
+                    record = RequestRecord(
+                        op=op,
+                        method=self.command,
+                        key=key,
+                        path=self.path,
+                        host=self.headers.get("Host", ""),
+                        client_port=self.client_address[1],
+                        started=started,
+                        ended=ended,
+                        status=self._status,
+                        body_bytes=self._sizes[0],
+                        answer_bytes=self._sizes[1],
+                    )
+                    proxy._ended(record)
+
+            def send_response_only(self, code: int, message: str | None = None) -> None:
+                self._status = code  # for the log
+                super().send_response_only(code, message)
 
             do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
 
@@ -308,6 +383,7 @@ class S3FaultProxy:
 
             def _relay(self) -> None:
                 body = self._body()
+                self._sizes[0] = len(body)
                 op, key = classify(self.command, self.path, dict(self.headers.items()))
                 rule = proxy._choose(op, key)
                 kind = rule.kind if rule is not None else None
@@ -336,6 +412,7 @@ class S3FaultProxy:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
+                    self._sizes[1] = len(data)
                     self.wfile.write(data)
 
             def finish(self) -> None:
