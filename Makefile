@@ -42,8 +42,10 @@ $(CHROMIUM):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
 # The pipeline through Airflow's scheduler; `make demo KEEP=1` leaves it running.
+# `make demo SPARK=cluster`: the Connect server's master is a standalone master with two
+# workers on loopback (executors in JVMs of their own) instead of local[2].
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" $(PY) -m harness.demo
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" SPARK="$(SPARK)" $(PY) -m harness.demo
 
 # The engine alone (no Airflow): Spark epochs with a kill -9 of one epoch's job.
 demo-engine: $(STAMP)
@@ -82,6 +84,7 @@ stress: $(STAMP)
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.bench_checkpoint_bytes
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.s3_requests
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.run_all $(BENCH_ARGS)
 
 # mypy strict on the protocol (pure, the core every edge relies on); imported modules are
