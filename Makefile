@@ -42,8 +42,10 @@ $(CHROMIUM):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
 # The pipeline through Airflow's scheduler; `make demo KEEP=1` leaves it running.
+# `make demo SPARK=cluster`: the Connect server's master is a standalone master with two
+# workers on loopback (executors in JVMs of their own) instead of local[2].
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" $(PY) -m harness.demo
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" SPARK="$(SPARK)" $(PY) -m harness.demo
 
 # The engine alone (no Airflow): Spark epochs with a kill -9 of one epoch's job.
 demo-engine: $(STAMP)
