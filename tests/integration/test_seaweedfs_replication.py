@@ -31,7 +31,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -43,7 +44,7 @@ from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
 from microcheckpoint.engine.cycle import run_cycle
-from microcheckpoint.errors import StorageError
+from microcheckpoint.errors import StorageError, StoreNotConformant
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.savepoints import resolve_point
@@ -97,17 +98,26 @@ def _produce(bootstrap: str, topic: str) -> Counter[str]:
 
 
 class VolumeKiller(threading.Thread):
-    """Kills volume server 0 once a state file of checkpoint ``cid`` is stored, and starts
-    it again ``DOWN_S`` seconds later. Records whether that checkpoint's ``_metadata``
-    existed at the kill and just before the restart (reads work with one replica down)."""
+    """Kills volume server 0 once a state file of checkpoint ``KILLED_IN`` is stored, and
+    starts it again ``DOWN_S`` seconds later. Records whether that checkpoint's
+    ``_metadata`` existed at the kill and just before the restart (reads work with one
+    replica down), and what it raised, if anything (``error``)."""
 
     def __init__(self, seaweed: ReplicatedSeaweed, store: S3Store, name: str) -> None:
         super().__init__(daemon=True)
         self.seaweed, self.store, self.layout = seaweed, store, Layout(name)
         self.killed_at = self.restarted_at = 0.0
-        self.metadata_at_kill = self.metadata_before_restart = None
+        self.metadata_at_kill: bool | None = None
+        self.metadata_before_restart: bool | None = None
+        self.error: BaseException | None = None
 
     def run(self) -> None:
+        try:
+            self._kill_and_restart()
+        except BaseException as exc:  # the test reads it
+            self.error = exc
+
+    def _kill_and_restart(self) -> None:
         state = self.layout.chk(KILLED_IN) + "state/"
         metadata = self.layout.metadata(KILLED_IN)
         deadline = time.monotonic() + 300
@@ -122,6 +132,43 @@ class VolumeKiller(threading.Thread):
         self.metadata_before_restart = self.store.exists(metadata)
         self.seaweed.restart_volume(0)
         self.restarted_at = time.monotonic()
+
+
+@dataclass
+class Run:
+    """The cycles of one run: ``cycles`` holds (checkpoint id, or None if it failed, and
+    when it ended); ``failed`` the failures where the store refused writes; ``broken`` any
+    other failure (a defect)."""
+
+    started: float = field(default_factory=time.monotonic)
+    cycles: list[tuple[int | None, float]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
+
+
+def _run_until(target: dict, killer: VolumeKiller, cycle: Callable[[], Any]) -> Run:
+    """Cycles until ``target`` offsets are checkpointed (at most 8). A cycle that fails
+    because the store refused writes (here or in an executor, where Spark wraps the error)
+    is run again once the killed server is back."""
+    run = Run()
+    while len(run.cycles) < 8:
+        try:
+            result = cycle()
+        except Exception as exc:
+            run.cycles.append((None, time.monotonic()))
+            text = f"{type(exc).__name__}: {exc}"
+            ours = not isinstance(exc, StoreNotConformant) and (
+                isinstance(exc, StorageError)
+                or "microcheckpoint.errors.StorageError" in text
+                or "CommitOutcomeUnknown" in text
+            )
+            (run.failed if ours else run.broken).append(text)
+            killer.join()  # run again only with both replicas up
+            continue
+        run.cycles.append((result.checkpoint_id.value, time.monotonic()))
+        if result.metadata is not None and dict(result.metadata.offsets) == target:
+            break
+    return run
 
 
 def _unreadable(store: S3Store, s3: Any, name: str) -> dict[int, set[str]]:
@@ -183,41 +230,25 @@ def test_a_volume_server_killed_during_an_epoch(seaweed, spark, kafka_bootstrap)
     with KafkaOffsets(kafka_bootstrap) as kafka:
         kafka.create_topic(name, PARTITIONS)
         truth = _produce(kafka_bootstrap, name)
-        # Cycles until the input is checkpointed. One that fails because the store refused
-        # writes is run again (once the server is back); any other failure is a defect.
-        cycles: list[tuple[int | None, float]] = []  # (checkpoint id or None, end time)
-        failed, broken = [], []
         killer.start()
-        started = time.monotonic()
-        while len(cycles) < 8:
-            try:
-                result = run_cycle(
-                    spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2,
-                    store_options=_options(seaweed),
-                )  # fmt: skip
-            except Exception as exc:
-                cycles.append((None, time.monotonic()))
-                text = f"{type(exc).__name__}: {exc}"
-                ours = isinstance(exc, StorageError) or "StorageError" in text
-                (failed if ours else broken).append(text)
-                killer.join()  # run again only with both replicas up
-                continue
-            cycles.append((result.checkpoint_id.value, time.monotonic()))
-            if result.metadata is not None and dict(result.metadata.offsets) == target:
-                break
+        run = _run_until(target, killer, lambda: run_cycle(
+            spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2,
+            store_options=_options(seaweed),
+        ))  # fmt: skip
         killer.join()
         view = scan(store, Layout(name))
         offsets = view.metadata(view.latest_completed).offsets
         group = config.effective_group_id
         committed = kafka.committed_group_offsets(group, list(offsets))
     state = read_keyed_state(store, name, "counts")
-    commit_at = next((end for cid, end in cycles if cid == KILLED_IN.value), None)
+    commit_at = next((end for cid, end in run.cycles if cid == KILLED_IN.value), None)
 
     # The kill came in the middle of checkpoint 2, and nothing committed while it was down.
+    assert killer.error is None
     assert (killer.metadata_at_kill, killer.metadata_before_restart) == (False, False)
-    assert commit_at is not None, cycles
+    assert commit_at is not None, run.cycles
     assert killer.killed_at < killer.restarted_at < commit_at
-    assert broken == []
+    assert run.broken == []
     # Exactly once: per-key counts, the same keys, every record once.
     assert state == dict(truth)
     assert [c.value for c in view.completed] == [1, 2, 3]
@@ -263,8 +294,9 @@ def test_a_volume_server_killed_during_an_epoch(seaweed, spark, kafka_bootstrap)
 
     print(
         f"\nSEAWEEDFS REPLICA replication={seaweed.replication} down_s={DOWN_S} "
-        f"cycles={len(cycles)} failed_cycles={len(failed)} "
+        f"cycles={len(run.cycles)} failed_cycles={len(run.failed)} "
+        f"failures={[f.split(':', 1)[0] for f in run.failed]} "
         f"epoch2_after_restart_s={commit_at - killer.restarted_at:.1f} "
-        f"cycle_ends_s={[round(end - started, 1) for _, end in cycles]} "
+        f"cycle_ends_s={[round(end - run.started, 1) for _, end in run.cycles]} "
         f"seconds={time.monotonic() - began:.1f}"
     )
