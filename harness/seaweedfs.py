@@ -14,8 +14,12 @@ What SeaweedFS 4.48 does with a replica down (tried with this module, see
 docs/operations.md): a volume server holds a gRPC heartbeat stream to the master; killed,
 its sockets close and the master drops it at once and takes every volume with a copy there
 out of the writable list. A write needs every copy (W = N, R = 1), so with two servers and
-``001`` no volume is writable until the server is back: the S3 gateway answers writes with
-500 while reads of what was written before go on from the surviving copy.
+``001`` no volume is writable until the server is back: the S3 gateway holds a write,
+retrying, and answers 500 after about 30 s (a write still waiting when the server is back
+goes through), while reads of what was written before go on from the surviving copy.
+
+The gateway is a ``weed s3`` of its own: tried first, ``weed filer -s3`` had not opened
+its S3 port after 60 s.
 
 Every port is a free loopback port given explicitly (HTTP and gRPC of each part; the
 gateway's fixed-port extras, Iceberg and Lance, are off), so several can run at once.
