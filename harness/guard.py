@@ -40,7 +40,6 @@ import ctypes
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -145,20 +144,43 @@ class _Guard:
         signal.set_wakeup_fd(wake_w)
         for sig in (*_NOTED, signal.SIGCHLD):
             signal.signal(sig, lambda *_: None)
-        guard = os.getpid()
-
-        def die_with_guard() -> None:
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != guard:  # the guard ended before the line above
-                os._exit(1)
-
-        # Kept for the guard's life: a collected Popen reaps its process (and its status).
-        self.process = subprocess.Popen(
-            self.argv, user=self.user, group=self.group, preexec_fn=die_with_guard
-        )
-        self.child = self.process.pid
+        self.child = self._fork_exec()
         with contextlib.suppress(OSError, AttributeError):
             self.owner_fd = os.pidfd_open(self.owner)
+
+    def _fork_exec(self) -> int:
+        """Start the command (fork and exec: ``subprocess`` would double the guard's start).
+
+        Raises:
+            OSError: it could not be started (the child's error, as its message).
+        """
+        guard = os.getpid()
+        errors_r, errors_w = os.pipe()  # closed on exec: EOF without a word means started
+        child = os.fork()
+        if child == 0:
+            try:
+                os.close(errors_r)
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these
+                    signal.signal(sig, signal.SIG_DFL)
+                if self.group is not None:
+                    os.setregid(self.group, self.group)
+                if self.user is not None:
+                    os.setreuid(self.user, self.user)
+                _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != guard:  # the guard ended before the line above
+                    os._exit(1)
+                os.execvp(self.argv[0], self.argv)
+            except BaseException as exc:
+                os.write(errors_w, str(exc).encode(errors="replace"))
+            finally:
+                os._exit(127)
+        os.close(errors_w)
+        with os.fdopen(errors_r, "rb") as errors:
+            message = errors.read().decode(errors="replace")
+        if message:
+            os.waitpid(child, 0)
+            raise OSError(message)
+        return child
 
     def owner_gone(self) -> bool:
         """The owner has ended: the guard was re-parented (to init or a subreaper)."""
@@ -226,7 +248,7 @@ def run(
     guard = _Guard(argv, grace, os.getppid() if owner is None else owner, user, group)
     try:
         guard.start()
-    except (OSError, subprocess.SubprocessError) as exc:
+    except OSError as exc:
         print(f"guard: cannot start {argv}: {exc}", file=sys.stderr, flush=True)
         return 127
     # Step 2
