@@ -22,7 +22,7 @@ is the process that called ``_spawn`` (a pytest worker, ``make demo``). The guar
 Why this design: ``PR_SET_PDEATHSIG`` alone fires when the parent *thread* ends (a fixture
 started from a thread would lose its service early) and only reaches one process; a lease
 file needs a later run to clean up. A guard is one small stdlib-only process (about 40 ms
-to start, measured in docs/testing.md) that survives ``kill -9`` of its owner and sees its
+of CPU per service, see docs/testing.md) that survives ``kill -9`` of its owner and sees its
 whole tree. What the owner sees is unchanged: ``Service.pid`` is the guard's pid, which is
 the process group's id, so ``Service.stop`` (``killpg``) signals the command and everything
 in its group exactly as before, and the guard, which ignores those signals, follows the
