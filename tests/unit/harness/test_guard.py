@@ -187,3 +187,21 @@ def test_descendants_lists_every_living_process_below_a_root() -> None:
         for pid in [*guard.descendants(child.pid), child.pid]:
             os.kill(pid, signal.SIGKILL)
         child.wait()
+
+
+@pytest.mark.parametrize(
+    ("args", "first_line"),
+    [
+        (["--grace", "1"], "guard: no command given in ['--grace', '1']; pass it after --"),
+        (["--bogus", "1", "--", "true"], "guard: unknown option --bogus"),
+        (["--owner", "--", "true"], "guard: option --owner needs a value"),
+    ],
+)
+def test_bad_options_are_named_with_the_usage(args: list[str], first_line: str) -> None:
+    line = [*guard.command(["true"])[:4], *args]
+    done = subprocess.run(line, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        first_line,
+        "usage: guard.py [--grace S] [--owner PID] [--user UID] [--group GID] -- COMMAND...",
+    ]
