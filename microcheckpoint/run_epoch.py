@@ -1,6 +1,7 @@
 """spark-submit entry point: run one epoch (or one whole local cycle) of a pipeline.
 
-    spark-submit spark_jobs/run_epoch.py --pipeline examples.wordcount:pipeline \
+    spark-submit "$(python -c 'import microcheckpoint.run_epoch as m; print(m.__file__)')" \
+        --pipeline examples.wordcount:pipeline \
         --storage s3://bucket/checkpoints --checkpoint 7 --bootstrap kafka:9092
 
 Without ``--checkpoint`` it runs a whole local cycle (recover, trigger, process, complete,
@@ -15,12 +16,11 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import NoReturn
 
-# Running as a file (spark-submit, python spark_jobs/run_epoch.py): make the project importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+# It ships in the package, so a wheel install has it; spark-submit runs it as a file
+# (``__main__``), with ``microcheckpoint`` imported from the driver's environment.
+# ``spark_jobs/run_epoch.py`` in the repository runs the same ``main``.
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.engine.runner import run_epoch

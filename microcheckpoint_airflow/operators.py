@@ -24,6 +24,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 
+import microcheckpoint
 from microcheckpoint.config import BarrierPolicy
 from microcheckpoint.errors import (
     CheckpointExpired,
@@ -76,8 +77,8 @@ __all__ = [
     "trigger_checkpoint",
 ]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-RUN_EPOCH = PROJECT_ROOT / "spark_jobs" / "run_epoch.py"
+# The spark-submit job ships in the package: this path exists in a wheel install too.
+RUN_EPOCH = Path(microcheckpoint.__file__).resolve().parent / "run_epoch.py"
 
 
 @contextmanager

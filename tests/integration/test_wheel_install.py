@@ -188,6 +188,13 @@ def airflow(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
             "hooks": ["airflow", "providers", "hooks", "-o", "json"],
             "providers": ["airflow", "providers", "list", "-o", "json"],
             "where": ["python", "-c", "import microcheckpoint_airflow as m; print(m.__file__)"],
+            # The file SparkSubmit mode hands spark-submit must be in the installed package.
+            "job": [
+                "python",
+                "-c",
+                "from microcheckpoint_airflow.operators import RUN_EPOCH as j; "
+                "print(j, j.is_file())",
+            ],
         }
         running = {
             name: subprocess.Popen(
@@ -230,6 +237,18 @@ def test_the_package_airflow_imports_is_the_installed_one(airflow: AirflowInstal
     assert where.stdout.strip() == str(
         site / "site-packages" / "microcheckpoint_airflow" / "__init__.py"
     )
+
+
+def test_the_spark_submit_job_is_a_file_of_the_installed_package(
+    airflow: AirflowInstall,
+) -> None:
+    job = airflow.outputs["job"]
+    assert job.returncode == 0, job.stderr
+    site = airflow.venv.root / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    assert job.stdout.split() == [
+        str(site / "site-packages" / "microcheckpoint" / "run_epoch.py"),
+        "True",
+    ]
 
 
 def test_the_dag_file_parses_into_the_pipeline_dags(airflow: AirflowInstall) -> None:
