@@ -66,6 +66,14 @@ def _wait_for_file(path: Path, timeout: float = 20.0) -> int:
     return int(path.read_text())
 
 
+def _adopted(daemon: int, guard_pid: int, timeout: float = 10.0) -> None:
+    """Wait until the daemon's first parent has exited and the guard adopted it."""
+    deadline = time.monotonic() + timeout
+    while psutil.Process(daemon).ppid() != guard_pid:
+        assert time.monotonic() < deadline, f"daemon {daemon} not adopted by guard {guard_pid}"
+        time.sleep(0.02)
+
+
 def _survivors(procs: list[psutil.Process], timeout: float) -> list[str]:
     """The processes of ``procs`` still running (zombies count as ended) after ``timeout``."""
 
@@ -99,6 +107,7 @@ def test_the_whole_tree_ends_when_its_owner_is_killed(tmp_path: Path, sig: int) 
     try:
         guard_pid = int(owner.stdout.readline())  # type: ignore[union-attr]
         daemon = _wait_for_file(daemon_file)
+        _adopted(daemon, guard_pid)
         procs = psutil.Process(owner.pid).children(recursive=True)
         # Step 1: the guard, the command, its child in a session of its own, and the daemon,
         # re-parented to the guard (the subreaper), not to init.
@@ -124,6 +133,7 @@ def test_stop_ends_the_service_and_what_it_daemonized_with_its_status(tmp_path: 
     procs: list[psutil.Process] = []
     try:
         daemon = _wait_for_file(daemon_file)
+        _adopted(daemon, service.pid)
         procs = [psutil.Process(service.pid), *psutil.Process(service.pid).children(True)]
         assert len(procs) == 4 and daemon in {p.pid for p in procs}
         assert os.getpgid(service.pid) == service.pid  # the pid stop() signals is the group's
@@ -144,11 +154,11 @@ def test_the_guard_exits_with_the_commands_status(script: str, code: int) -> Non
 def test_kill_9_of_the_guard_alone_kills_the_command(tmp_path: Path) -> None:
     service = services._spawn("sleeper", ["sleep", "1000"], dict(os.environ), tmp_path, "-")
     deadline = time.monotonic() + 10
-    while not psutil.Process(service.pid).children():
+    # The command is the guard's child once it has exec'd (before, a fork of the guard).
+    while [c.cmdline() for c in psutil.Process(service.pid).children()] != [["sleep", "1000"]]:
         assert time.monotonic() < deadline, "the guard did not start its command"
         time.sleep(0.02)
     command = psutil.Process(service.pid).children()[0]
-    assert command.cmdline() == ["sleep", "1000"]
     os.kill(service.pid, signal.SIGKILL)
     service.process.wait(10)
     # Its parent-death signal: a kill -9 of the service's pid still ends the service.
