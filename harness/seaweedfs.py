@@ -290,6 +290,7 @@ def start_replicated_seaweedfs(
             f"-port.grpc={port['s3g']}",
             "-port.iceberg=0",  # the gateway's extras listen on fixed ports: off
             "-port.lance=0",
+            "-autoCreateBucket=false",  # as AWS S3: a write to a missing bucket fails
             f"-config={_identity(endpoint, data / 's3.json')}",
         )
         ready = lambda: _http_ok(endpoint.url + "/healthz")  # noqa: E731

@@ -329,6 +329,8 @@ def start_seaweedfs(
         f"-s3.port.grpc={ports['s3g']}",
         "-s3.port.iceberg=0",
         "-s3.port.lance=0",
+        # As AWS S3: a write to a missing bucket fails (SeaweedFS creates it by default).
+        "-s3.autoCreateBucket=false",
         f"-s3.config={config}",
         *(extra_args or []),
     ]
