@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"starting the broker and Spark (work folder {root})")
     started = time.monotonic()
     tansu = services.start_tansu(root / "tansu")
+    services.quick_jvms()
     spark = local_spark("local[2]", app="demo-stages")
     try:
         result = run(tansu.address, spark, root)

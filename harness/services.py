@@ -43,7 +43,9 @@ __all__ = [
     "ENV_S3",
     "S3Endpoint",
     "Service",
+    "QUICK_JVM_OPTIONS",
     "free_port",
+    "quick_jvms",
     "local_stack",
     "start_seaweedfs",
     "start_spark_connect",
@@ -57,6 +59,19 @@ ENV_S3 = "MICROCHECKPOINT_S3_ENDPOINT"
 
 _TEST_KEY = "testing"
 _TEST_REGION = "us-east-1"
+
+
+# Spark JVMs of the tests and demos live seconds to minutes on small data: without the C2
+# compiler's threads and with the serial collector they use about a third less CPU
+# (docs/testing.md). Not for production, where long jobs gain from C2.
+QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def quick_jvms() -> None:
+    """Give the Spark JVMs this process and its children start ``QUICK_JVM_OPTIONS``, unless
+    ``SPARK_SUBMIT_OPTS`` is set (spark-submit passes it to the driver's JVM: local Spark,
+    the Connect server, ``spark-submit`` jobs and Airflow's tasks alike)."""
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM_OPTIONS)
 
 
 def free_port() -> int:
@@ -446,6 +461,7 @@ def local_stack(log_dir: Path | None = None) -> Iterator[Stack]:
 
     Everything this call started is stopped on exit, also when the body raises.
     """
+    quick_jvms()
     own_dir = log_dir is None
     log_dir = Path(tempfile.mkdtemp(prefix="mcp-stack-")) if log_dir is None else log_dir
     started: list[Service] = []

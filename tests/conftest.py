@@ -21,6 +21,9 @@ from harness import services
 # out of ~/airflow. The dag.test() and end-to-end tests give their processes their own.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="mcp-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# Every Spark JVM of the suite (the session's, spark-submit jobs, the Connect server, Airflow's
+# tasks) without the C2 compiler: about a third less CPU on two cores (docs/testing.md).
+services.quick_jvms()
 
 
 @pytest.fixture(scope="session")
