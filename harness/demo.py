@@ -129,6 +129,7 @@ def run(
     _say(
         f"starting Tansu, SeaweedFS (S3), a Spark Connect server and Airflow (logs in {output})"
     )
+    services.quick_jvms()
     with services.local_stack(output / "service-logs") as stack:
         connect = _start_spark(output / "service-logs", spark, stack.started)
         s3 = stack.s3

@@ -93,6 +93,7 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
     from microcheckpoint.state.reader import read_keyed_state
 
     _say("starting the local broker (Tansu) and S3 store (SeaweedFS) ...")
+    services.quick_jvms()
     with services.local_stack() as stack:
         _say(f"Kafka at {stack.kafka_bootstrap}, S3 at {stack.s3.url}")
         client = make_client(

@@ -461,7 +461,6 @@ def local_stack(log_dir: Path | None = None) -> Iterator[Stack]:
 
     Everything this call started is stopped on exit, also when the body raises.
     """
-    quick_jvms()
     own_dir = log_dir is None
     log_dir = Path(tempfile.mkdtemp(prefix="mcp-stack-")) if log_dir is None else log_dir
     started: list[Service] = []
