@@ -243,11 +243,15 @@ def test_a_volume_server_killed_during_an_epoch(seaweed, spark, kafka_bootstrap)
     state = read_keyed_state(store, name, "counts")
     commit_at = next((end for cid, end in run.cycles if cid == KILLED_IN.value), None)
 
-    # The kill came in the middle of checkpoint 2, and nothing committed while it was down.
+    # The kill came in the middle of checkpoint 2. Whether it then committed while the
+    # server was down (seen once, at a load average of 25) or after the restart, both are
+    # allowed (the issue: completes with everything readable, or fails and is retried);
+    # what must hold is below.
     assert killer.error is None
-    assert (killer.metadata_at_kill, killer.metadata_before_restart) == (False, False)
+    assert killer.metadata_at_kill is False
     assert commit_at is not None, run.cycles
-    assert killer.killed_at < killer.restarted_at < commit_at
+    assert killer.killed_at < killer.restarted_at
+    assert killer.killed_at < commit_at
     assert run.broken == []
     # Exactly once: per-key counts, the same keys, every record once.
     assert state == dict(truth)
