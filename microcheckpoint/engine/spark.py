@@ -27,6 +27,10 @@ def local_spark(
 
     ``master`` defaults to ``MICROCHECKPOINT_SPARK_MASTER`` or ``local[2]``; under
     ``spark-submit`` (a Py4J gateway is handed over) the submitted ``--master`` is kept.
+    Task retries are the master's: none on ``local[N]``, ``spark.task.maxFailures`` (4 by
+    default) on a cluster, where a task lost with its executor runs again in the same epoch
+    (tests/integration/test_spark_cluster.py kills an executor under spark-submit and under
+    Connect: the counts stay exact).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -43,7 +47,6 @@ def local_spark(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.default.parallelism", str(shuffle_partitions))
         .config("spark.driver.memory", "1g")
-        .config("spark.task.maxFailures", "1")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -326,8 +326,28 @@ def test_spark_submit_on_the_cluster_survives_a_driver_kill_exactly_once(
     with pytest.raises(CheckpointNotFound):  # no state to restore: nothing completed
         read_keyed_state(store, PIPELINE, OPERATOR)
 
-    # Chapter 2: the next job re-runs checkpoint 1 under a new attempt, then runs 2.
-    job, watch = run_clean(cluster, argv, job_env(cluster, topic, sink), tmp_path)
+    # Chapter 2: the next job re-runs checkpoint 1 under a new attempt, then runs 2. One of
+    # its executors is killed while it reads: Spark runs the lost task again (the job keeps
+    # the cluster's task retries), and the same job completes both checkpoints.
+    hold = Hold(tmp_path / "hold-again", "reading", limit_s=RUN_TIMEOUT_S)
+    with ExecutorWatch(cluster) as watch:
+        job = Job(argv, job_env(cluster, topic, sink, hold.env), tmp_path)
+        try:
+            hold.wait_reached(RUN_TIMEOUT_S, alive=lambda: job.proc.poll() is None)
+            before = watch.look()
+            victim = before[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            wait_until(
+                lambda: victim.pid not in {e.pid for e in cluster.executors()},
+                GONE_DEADLINE_S,
+                f"executor {victim.pid} exits",
+            )
+        finally:
+            hold.release()
+        returncode = job.wait()
+    assert returncode == 0, job.tail()
+    replacements = {e.pid for e in watch.seen.values()} - {e.pid for e in before}
+    assert replacements, "the master started no executor in place of the killed one"
     reports = [(r["checkpoint"], r["records"], r["master"]) for r in job.reports()]
     assert reports == [(n, PARTITIONS * PER_EPOCH, cluster.master_url) for n in (1, 2)]
     assert job.reports()[0]["attempt"] > crashed_attempt
