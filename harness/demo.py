@@ -126,9 +126,7 @@ def run(
         shutil.rmtree(output)
     output.mkdir(parents=True)
     sink = f"file://{output / 'published'}"
-    _say(
-        f"starting Tansu, SeaweedFS (S3), a Spark Connect server and Airflow (logs in {output})"
-    )
+    _say(f"starting Tansu, SeaweedFS (S3), a Spark Connect server and Airflow (logs in {output})")
     services.quick_jvms()
     with services.local_stack(output / "service-logs") as stack:
         connect = _start_spark(output / "service-logs", spark, stack.started)
