@@ -383,9 +383,11 @@ def test_a_broker_down_past_the_timeout_declines_then_recovers(
     started = time.monotonic()
     story.cycle(spark)
     clean_s = time.monotonic() - started
-    # The checkpoint timeout: longer than a clean cycle plus the reader's limit (so the
-    # reader gives up first, on any machine speed), shorter than the outage.
-    timeout_s = max(10.0, 2 * clean_s + READ_LIMIT_S)
+    # The checkpoint timeout: longer than a clean cycle plus the broker's stop (up to its
+    # 10 s grace) plus the reader's limit (so the reader gives up first, on any machine
+    # speed), shorter than the outage. Without the stop's allowance a busy machine expired
+    # the checkpoint before the failed cycle ended (seen at a load average of 9).
+    timeout_s = max(20.0, 2 * clean_s + 10.0 + READ_LIMIT_S)
     story.config = story.with_timeout(timeout_s)
     story.produce(30)
     hold = Hold(tmp_path / "hold-down", "reading")
@@ -414,7 +416,9 @@ def test_a_broker_down_past_the_timeout_declines_then_recovers(
     assert stopped, "the hold point was never reached"
     # What the DAG's abort_on_failure step does after a failed process step.
     coordinator = story.coordinator
-    cid = coordinator.view().pending[0]
+    view = coordinator.view()
+    assert view.pending, f"nothing pending after the failed cycle: {view.records}"
+    cid = view.pending[0]
     reason = next(
         (line for line in str(failed.value).splitlines() if "KafkaSourceError" in line), ""
     )
