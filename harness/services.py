@@ -70,8 +70,11 @@ QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 def quick_jvms() -> None:
     """Give the Spark JVMs this process and its children start ``QUICK_JVM_OPTIONS``, unless
     ``SPARK_SUBMIT_OPTS`` is set (spark-submit passes it to the driver's JVM: local Spark,
-    the Connect server, ``spark-submit`` jobs and Airflow's tasks alike)."""
+    the Connect server, ``spark-submit`` jobs and Airflow's tasks alike), and the standalone
+    master's and workers' (``SPARK_DAEMON_JAVA_OPTS``). A cluster's executors take theirs
+    from ``spark.executor.extraJavaOptions``."""
     os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM_OPTIONS)
+    os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", QUICK_JVM_OPTIONS)  # standalone daemons
 
 
 def free_port() -> int:

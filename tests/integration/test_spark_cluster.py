@@ -91,6 +91,7 @@ def cluster_connect(
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.executor.memory": "1g",
         "spark.task.maxFailures": "4",  # the cluster default, said aloud: a lost task retries
+        "spark.executor.extraJavaOptions": services.QUICK_JVM_OPTIONS,
     }
     log_dir = service_log_dir / "cluster-connect"
     service = services.start_spark_connect(log_dir, master=spark_cluster.master_url, conf=conf)
@@ -184,6 +185,7 @@ def job_argv(storage: str, bootstrap: str, master: str | None, remote: str | Non
     submit = [str(spark_home() / "bin" / "spark-submit"), "--master", str(master)]
     submit += ["--driver-memory", "1g", "--executor-memory", "1g"]
     submit += ["--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false"]
+    submit += ["--conf", f"spark.executor.extraJavaOptions={services.QUICK_JVM_OPTIONS}"]
     return [*submit, *job]
 
 
