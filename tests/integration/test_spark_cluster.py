@@ -231,6 +231,38 @@ def run_clean(
     return job, watch
 
 
+def run_killing_an_executor(
+    cluster: SparkCluster,
+    argv: list[str],
+    env_for,
+    target: tuple[str, str],
+    hold_dir: Path,
+    tmp: Path,
+) -> tuple[Job, ExecutorWatch, list[Executor], Executor]:
+    """Run the job until an executor holds the ``reading`` point, ``kill -9`` one executor
+    JVM, wait until it is gone, release the hold; the job must then end with 0.
+
+    Returns the job, the watch, the executors seen before the kill and the one killed."""
+    hold = Hold(hold_dir, "reading", limit_s=RUN_TIMEOUT_S)
+    with ExecutorWatch(cluster) as watch:
+        job = Job(argv, env_for(cluster, *target, hold.env), tmp)
+        try:
+            hold.wait_reached(RUN_TIMEOUT_S, alive=lambda: job.proc.poll() is None)
+            before = watch.look()
+            victim = before[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            wait_until(
+                lambda: victim.pid not in {e.pid for e in cluster.executors()},
+                GONE_DEADLINE_S,
+                f"executor {victim.pid} exits",
+            )
+        finally:
+            hold.release()
+        returncode = job.wait()
+    assert returncode == 0, job.tail()
+    return job, watch, before, victim
+
+
 def wait_until(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -331,23 +363,9 @@ def test_spark_submit_on_the_cluster_survives_a_driver_kill_exactly_once(
     # Chapter 2: the next job re-runs checkpoint 1 under a new attempt, then runs 2. One of
     # its executors is killed while it reads: Spark runs the lost task again (the job keeps
     # the cluster's task retries), and the same job completes both checkpoints.
-    hold = Hold(tmp_path / "hold-again", "reading", limit_s=RUN_TIMEOUT_S)
-    with ExecutorWatch(cluster) as watch:
-        job = Job(argv, job_env(cluster, topic, sink, hold.env), tmp_path)
-        try:
-            hold.wait_reached(RUN_TIMEOUT_S, alive=lambda: job.proc.poll() is None)
-            before = watch.look()
-            victim = before[0]
-            os.kill(victim.pid, signal.SIGKILL)
-            wait_until(
-                lambda: victim.pid not in {e.pid for e in cluster.executors()},
-                GONE_DEADLINE_S,
-                f"executor {victim.pid} exits",
-            )
-        finally:
-            hold.release()
-        returncode = job.wait()
-    assert returncode == 0, job.tail()
+    job, watch, before, _ = run_killing_an_executor(
+        cluster, argv, job_env, (topic, sink), tmp_path / "hold-again", tmp_path
+    )
     replacements = {e.pid for e in watch.seen.values()} - {e.pid for e in before}
     assert replacements, "the master started no executor in place of the killed one"
     reports = [(r["checkpoint"], r["records"], r["master"]) for r in job.reports()]
@@ -375,24 +393,10 @@ def test_connect_on_the_cluster_survives_an_executor_kill_exactly_once(
 
     # Two epochs through the Connect server; the first is held while an executor reads,
     # and one executor JVM is killed: Spark runs the lost work again on a new executor.
-    hold = Hold(tmp_path / "hold", "reading", limit_s=RUN_TIMEOUT_S)
     log_start = cluster_connect.log_path.stat().st_size
-    with ExecutorWatch(cluster) as watch:
-        job = Job(argv, job_env(cluster, topic, sink, hold.env), tmp_path)
-        try:
-            hold.wait_reached(RUN_TIMEOUT_S, alive=lambda: job.proc.poll() is None)
-            before = watch.look()
-            victim = before[0]
-            os.kill(victim.pid, signal.SIGKILL)
-            wait_until(
-                lambda: victim.pid not in {e.pid for e in cluster.executors()},
-                GONE_DEADLINE_S,
-                f"executor {victim.pid} exits",
-            )
-        finally:
-            hold.release()
-        returncode = job.wait()
-    assert returncode == 0, job.tail()
+    job, watch, before, victim = run_killing_an_executor(
+        cluster, argv, job_env, (topic, sink), tmp_path / "hold", tmp_path
+    )
     reports = [(r["checkpoint"], r["records"], r["master"]) for r in job.reports()]
     master = f"connect {cluster_connect.address}"
     assert reports == [(n, PARTITIONS * PER_EPOCH, master) for n in (1, 2)]
