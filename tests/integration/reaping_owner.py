@@ -23,28 +23,7 @@ from harness import services
 from harness.airflow_stack import start_airflow
 from harness.postgres import start_postgres
 from harness.spark_cluster import start_spark_cluster
-
-# The daemon: forked twice, in a session of its own, ignoring SIGTERM; writes its pid.
-DAEMON = """
-import os, signal, sys, time
-first = os.fork()
-if first == 0:
-    os.setsid()
-    if os.fork() == 0:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with open(sys.argv[1] + ".tmp", "w") as out:
-            out.write(str(os.getpid()))
-        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-        time.sleep(100000)
-    os._exit(0)
-os.waitpid(first, 0)
-time.sleep(100000)
-"""
-TREE = f"""
-import subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", {DAEMON!r}, sys.argv[1]], start_new_session=True)
-time.sleep(100000)
-"""
+from tests.daemon_tree import TREE
 
 
 def main(log_dir: Path, spark: bool, airflow: bool) -> None:

@@ -45,6 +45,7 @@ from microcheckpoint.protocol.view import CheckpointStatus, scan
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import WriteOutcome, write_once
 from microcheckpoint.storage.probe import MARKER_KEY, forget_probes
+from tests.stored import object_versions
 
 pytestmark = pytest.mark.integration
 
@@ -100,15 +101,6 @@ def _stores(s3_endpoint, s3_client, proxy: S3FaultProxy, bucket: str) -> tuple[S
     return S3Store(client, bucket, PREFIX), S3Store(s3_client, bucket, PREFIX)
 
 
-def _versions(s3_client, bucket: str, prefix: str) -> Counter[str]:
-    """How many versions every key under ``prefix`` had (deleted ones included)."""
-    counts: Counter[str] = Counter()
-    paginator = s3_client.get_paginator("list_object_versions")
-    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-        counts.update(v["Key"] for v in page.get("Versions", ()))
-    return counts
-
-
 def _produce(bootstrap: str, topic: str) -> list[str]:
     """``PER_PARTITION`` one-word lines per partition; returns the words in order."""
     words = [KEYS[(i * 7) % len(KEYS)] for i in range(PARTITIONS * PER_PARTITION)]
@@ -155,7 +147,7 @@ def _invariant_violations(store: S3Store, s3_client, bucket: str, name: str, kaf
             ends = view.pending_record(cid).barrier.ends
             if dict(view.metadata(cid).offsets) != dict(ends):
                 problems.append(f"{cid}: _metadata offsets differ from barrier {cid}'s ends")
-    versions = _versions(s3_client, bucket, f"{PREFIX}/{name}/")
+    versions = object_versions(s3_client, bucket, f"{PREFIX}/{name}/")
     for key, count in versions.items():
         base = key.rsplit("/", 1)[-1]
         if (base.startswith(SET_ONCE) or "/acks/" in key) and count != 1:
@@ -288,7 +280,7 @@ def test_a_lost_response_on_a_put_if_absent_is_resolved_as_ok(
     assert meta.checkpoint_id == C1
     view = scan(direct, Layout(name))
     assert view.completed == [C1] and view.pending == []
-    versions = _versions(s3_client, bucket, f"{PREFIX}/{name}/chk-0000000001/")
+    versions = object_versions(s3_client, bucket, f"{PREFIX}/{name}/chk-0000000001/")
     assert versions[f"{PREFIX}/{name}/chk-0000000001/{record}"] == 1
 
 
@@ -339,7 +331,7 @@ def test_a_lost_response_where_another_writer_won_is_a_conflict(
     # The same through the port: the rival's bytes are there, so ours lost.
     assert write_once(store, key, b"ours") is WriteOutcome.CONFLICT
     assert proxy.injected == Counter({FaultKind.LOST_RESPONSE: 2})
-    assert _versions(s3_client, bucket, f"{PREFIX}/{key}")[f"{PREFIX}/{key}"] == 1
+    assert object_versions(s3_client, bucket, f"{PREFIX}/{key}")[f"{PREFIX}/{key}"] == 1
 
 
 # ---- 3. the store probe ---------------------------------------------------------------
@@ -397,6 +389,6 @@ def test_plain_seaweedfs_passes_the_probe_and_it_runs_once_per_root(
 
     assert direct.exists(MARKER_KEY)
     assert [k for k in direct.list("_probe/")] == [MARKER_KEY]
-    assert _versions(s3_client, bucket, marker)[marker] == 1  # written once
+    assert object_versions(s3_client, bucket, marker)[marker] == 1  # written once
     probe = [(op, key) for op, key in proxy.requests if "/_probe/" in f"/{key}"]
     assert probe == [(Op.GET, marker)]

@@ -52,6 +52,7 @@ from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.state.verify import dry_run_restore
 from tests.integration.cli_support import cli
+from tests.stored import object_versions
 
 pytestmark = pytest.mark.integration
 
@@ -198,13 +199,6 @@ def _no_urls(url: str) -> Any:
     raise AssertionError(f"only checkpoint ids are verified here, not {url}")
 
 
-def _versions(s3: Any, bucket: str, prefix: str) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
-        counts.update(v["Key"] for v in page.get("Versions", ()))
-    return counts
-
-
 def test_a_volume_server_killed_during_an_epoch(seaweed, spark, kafka_bootstrap) -> None:
     began = time.monotonic()
     name = f"replica-{uuid.uuid4().hex[:8]}"
@@ -258,7 +252,7 @@ def test_a_volume_server_killed_during_an_epoch(seaweed, spark, kafka_bootstrap)
     assert [c.value for c in view.completed] == [1, 2, 3]
     assert dict(offsets) == target and committed == dict(offsets)
     # One _metadata per checkpoint, every put-if-absent record written once.
-    versions = _versions(s3, bucket, f"{PREFIX}/{name}/")
+    versions = object_versions(s3, bucket, f"{PREFIX}/{name}/")
     metadata = sorted(k for k in versions if k.endswith("/_metadata"))
     assert metadata == [f"{PREFIX}/{Layout(name).metadata(CheckpointId(c))}" for c in (1, 2, 3)]
     once = [k for k in versions if k.rsplit("/", 1)[-1] in SET_ONCE or "/acks/" in k]

@@ -19,32 +19,10 @@ import psutil
 import pytest
 
 from harness import guard, services
+from tests.daemon_tree import TREE
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# The daemon: forked twice and in a new session, so it leaves its parent's tree and group;
-# it ignores SIGTERM (only SIGKILL ends it). Its pid goes to argv[1].
-DAEMON = """
-import os, signal, sys, time
-first = os.fork()
-if first == 0:
-    os.setsid()
-    if os.fork() == 0:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with open(sys.argv[1] + ".tmp", "w") as out:
-            out.write(str(os.getpid()))
-        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-        time.sleep(1000)
-    os._exit(0)
-os.waitpid(first, 0)
-time.sleep(1000)
-"""
-# The service: starts the daemon's parent in a session of its own, then sleeps.
-TREE = f"""
-import subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", {DAEMON!r}, sys.argv[1]], start_new_session=True)
-time.sleep(1000)
-"""
 # The owner: starts the service through the harness, prints the guard's pid, sleeps.
 OWNER = """
 import os, sys, time
