@@ -6,6 +6,7 @@ from microcheckpoint.engine.api import (
     HybridSource,
     KafkaSource,
     KeyedOperator,
+    KeyedProcess,
     Pipeline,
     StageSource,
     UnionSource,
@@ -14,9 +15,31 @@ from microcheckpoint.engine.api import (
     running_min,
     running_sum,
 )
+from microcheckpoint.engine.process import KeyedProcessFunction, ProcessContext
+from microcheckpoint.engine.watermarks import EventTime
+from microcheckpoint.state.kinds import (
+    Aggregator,
+    StateTtl,
+    aggregating_state,
+    list_state,
+    map_state,
+    reducing_state,
+    value_state,
+)
 
 __all__ = [
     "Aggregate",
+    "Aggregator",
+    "EventTime",
+    "KeyedProcess",
+    "KeyedProcessFunction",
+    "ProcessContext",
+    "StateTtl",
+    "aggregating_state",
+    "list_state",
+    "map_state",
+    "reducing_state",
+    "value_state",
     "FileSource",
     "HybridSource",
     "KafkaSource",

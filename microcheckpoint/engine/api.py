@@ -25,6 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from microcheckpoint.engine.operator_state import PartitionOperator
+from microcheckpoint.engine.process import LATE_POLICIES, KeyedProcessFunction
+from microcheckpoint.engine.watermarks import EventTime
 from microcheckpoint.errors import ConfigError
 from microcheckpoint.ids import OperatorUid
 from microcheckpoint.sinks.base import Sink
@@ -36,6 +39,7 @@ __all__ = [
     "HybridSource",
     "KafkaSource",
     "KeyedOperator",
+    "KeyedProcess",
     "Pipeline",
     "StageSource",
     "UnionSource",
@@ -43,11 +47,35 @@ __all__ = [
     "running_max",
     "running_min",
     "running_sum",
+    "source_event_time",
 ]
 
 # fn(key, rows of this epoch for the key, previous state or None) -> (outputs, new state);
 # a new state of None deletes the key's state.
 KeyedFunction = Callable[[Any, list[dict[str, Any]], Any], tuple[list[dict[str, Any]], Any]]
+
+
+def _check_event_time(event_time: object) -> None:
+    if event_time is not None and not isinstance(event_time, EventTime):
+        raise ConfigError(
+            "event_time", event_time, "an EventTime(column, max_out_of_orderness_ms) or None"
+        )
+
+
+def source_event_time(source: Source) -> EventTime | None:
+    """The event time a pipeline's source declares (every input of a union or hybrid source
+    that declares one must declare the same), or None."""
+    if isinstance(source, UnionSource):
+        declared = {i.event_time for i in source.inputs if i.event_time is not None}
+    elif isinstance(source, HybridSource):
+        declared = {s.event_time for s in (source.files, source.kafka) if s.event_time is not None}
+    else:
+        return source.event_time
+    if len(declared) > 1:
+        raise ConfigError(
+            "event_time", sorted(map(str, declared)), "the same EventTime on every input"
+        )
+    return next(iter(declared), None)
 
 
 def _uid(kind: str, uid: object) -> str:
@@ -72,6 +100,10 @@ class KafkaSource:
     (and it bounds the driver's check of the ranges). Keep it below the checkpoint timeout,
     so that a broker down for longer declines the checkpoint with that reason instead of
     letting it expire (docs/engine.md).
+
+    ``event_time`` declares the rows' event-time column and its bounded out-of-orderness:
+    the pipeline then has a watermark (``engine.watermarks``) that process functions' timers
+    and windows follow.
     """
 
     uid: str
@@ -80,10 +112,12 @@ class KafkaSource:
     schema: dict[str, str] | None = None
     max_records_per_split: int = 100_000
     timeout_s: float = 60.0
+    event_time: EventTime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uid", _uid("source", self.uid))
         object.__setattr__(self, "topics", tuple(self.topics))
+        _check_event_time(self.event_time)
         if not self.topics:
             raise ConfigError("topics", self.topics, "at least one Kafka topic")
         if self.value_format not in ("bytes", "text", "json"):
@@ -146,9 +180,11 @@ class FileSource:
     format: str = "parquet"
     schema: dict[str, str] | None = None
     max_files_per_epoch: int | None = None
+    event_time: EventTime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uid", _uid("source", self.uid))
+        _check_event_time(self.event_time)
         if not (self.url.startswith("file:///") or self.url.startswith("s3://")):
             raise ConfigError(
                 "url", self.url, "a folder URL: file:///absolute/path or s3://bucket/prefix"
@@ -253,8 +289,9 @@ class KeyedOperator:
     Args:
         uid: stable, unique operator id.
         key: the column holding the key (JSON-serializable values).
-        fn: ``fn(key, rows, state) -> (outputs, new_state)``; rows are this epoch's rows of
-            the key in a deterministic order (by source position when the rows carry
+        fn: a ``KeyedProcessFunction`` (named state of every kind, timers: see
+            ``KeyedProcess``), or ``fn(key, rows, state) -> (outputs, new_state)``; rows are
+            this epoch's rows of the key in a deterministic order (by source position when the rows carry
             ``partition`` and ``offset``, else by their content); ``state`` is None for a
             new key (or one whose state expired); returning None as new state deletes it.
         output_schema: Spark DDL of the output rows, e.g. ``"word string, count long"``.
@@ -264,6 +301,9 @@ class KeyedOperator:
         aggregate: set by the built-ins (``running_sum``, ``running_min``, ...): the engine
             then computes the per-key aggregate with Spark SQL and merges it with the state,
             with no Python per record; ``fn`` stays the reference of what it computes.
+        late: with event time, what happens to a row at or below the watermark the epoch
+            started with: ``drop`` (counted) or ``side_output`` (counted, and given to the
+            function's ``on_late``, whose rows join the output).
     """
 
     uid: str
@@ -273,12 +313,52 @@ class KeyedOperator:
     state_ttl_s: float | None = None
     state_backend: str = "table"
     aggregate: Aggregate | None = None
+    late: str = "drop"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uid", _uid("stateful operator", self.uid))
         check_backend(self.state_backend)
         if self.state_ttl_s is not None and self.state_ttl_s <= 0:
             raise ConfigError("state_ttl_s", self.state_ttl_s, "a duration > 0 or None")
+        if self.late not in LATE_POLICIES:
+            raise ConfigError("late", self.late, f"one of {', '.join(LATE_POLICIES)}")
+        if isinstance(self.fn, KeyedProcessFunction):
+            if self.state_ttl_s is not None:
+                raise ConfigError(
+                    "state_ttl_s", self.state_ttl_s, "None: give each state a StateTtl instead"
+                )
+            names = [d.name for d in self.fn.states]
+            if len(set(names)) != len(names):
+                raise ConfigError("states", names, "descriptors with distinct names")
+        elif not callable(self.fn):
+            raise ConfigError(
+                "fn", self.fn, "a function (key, rows, state) or a KeyedProcessFunction"
+            )
+
+    @property
+    def process_function(self) -> KeyedProcessFunction | None:
+        """The operator's ``KeyedProcessFunction`` (None for a plain ``fn``)."""
+        return self.fn if isinstance(self.fn, KeyedProcessFunction) else None
+
+
+def KeyedProcess(
+    uid: str,
+    key: str,
+    function: KeyedProcessFunction,
+    output_schema: str,
+    **options: Any,
+) -> KeyedOperator:
+    """A keyed process function as an operator (Flink's ``KeyedProcessFunction``).
+
+    ``function`` declares its named states (``value_state``, ``list_state``, ``map_state``,
+    ``reducing_state``, ``aggregating_state``, each with an optional ``StateTtl``) and
+    implements ``process(key, rows, ctx)``, optionally ``on_timer(key, timestamp, ctx)`` and
+    ``on_late(key, rows, ctx)``; ``options`` are ``KeyedOperator``'s (``late``,
+    ``state_backend``). See docs/engine.md.
+    """
+    if not isinstance(function, KeyedProcessFunction):
+        raise ConfigError("function", function, "an instance of a KeyedProcessFunction subclass")
+    return KeyedOperator(uid, key, function, output_schema, **options)
 
 
 # fn(key, left rows, right rows, state) -> (outputs, new state), as KeyedFunction.
@@ -400,7 +480,10 @@ class Pipeline:
             self.then(stage)
 
     def _check(self, stage: Callable[[Any], Any] | KeyedOperator | Sink) -> None:
-        if not isinstance(stage, KeyedOperator | Sink) and not callable(stage):
+        if isinstance(stage, PartitionOperator):  # operator state (engine/operator_state.py)
+            inputs = self.source.inputs if isinstance(self.source, UnionSource) else None
+            stage.check_source(None if inputs is None else [i.uid for i in inputs])
+        elif not isinstance(stage, KeyedOperator | Sink) and not callable(stage):
             raise ConfigError(
                 "stage", stage, "a function DataFrame -> DataFrame, a KeyedOperator or a Sink"
             )
@@ -411,7 +494,7 @@ class Pipeline:
         A sink passes its input on unchanged, so more stages (or sinks) may follow it.
         """
         self._check(stage)
-        if isinstance(stage, KeyedOperator | Sink) and stage.uid in self.uids:
+        if isinstance(stage, KeyedOperator | Sink | PartitionOperator) and stage.uid in self.uids:
             raise ConfigError("uid", stage.uid, "unique within the pipeline; it is used twice")
         self.stages.append(stage)
         return self
@@ -421,12 +504,17 @@ class Pipeline:
         return [s for s in self.stages if isinstance(s, KeyedOperator)]
 
     @property
+    def partition_operators(self) -> list[PartitionOperator]:
+        return [s for s in self.stages if isinstance(s, PartitionOperator)]
+
+    @property
     def sinks(self) -> list[Sink]:
         return [s for s in self.stages if isinstance(s, Sink)]
 
     @property
     def uids(self) -> list[str]:
-        return [self.source.uid, *(op.uid for op in self.operators), *(s.uid for s in self.sinks)]
+        partition = [op.uid for op in self.partition_operators]
+        return [self.source.uid, *(op.uid for op in self.operators), *partition, *(s.uid for s in self.sinks)]
 
     def use_storage(self, s3_options: dict[str, Any]) -> Pipeline:
         """Give every sink without S3 settings of its own the run's (``Sink.use_storage``);

@@ -21,6 +21,12 @@ from typing import Any
 import pyarrow as pa
 
 from microcheckpoint.adapters.stores import open_store
+from microcheckpoint.engine.process import (
+    EpochTimes,
+    KeyedProcessFunction,
+    ValueFunction,
+    run_function,
+)
 from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
@@ -31,6 +37,7 @@ from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import key_group_range
+from microcheckpoint.state.kinds import cleanup, is_pseudo_key
 from microcheckpoint.state.subtask import SubtaskState
 
 __all__ = ["AGGREGATE", "OperatorContext", "merge_aggregate", "process_subtask"]
@@ -64,6 +71,12 @@ class OperatorContext:
     # the built-in aggregation ("sum", "count", "min", "max") and its output column
     aggregate: str | None = None
     output_column: str = "total"
+    # event time (process functions): the rows' event-time column, the watermark before
+    # and after this epoch, and what happens to late rows
+    event_column: str | None = None
+    watermark_before: int | None = None
+    watermark_after: int | None = None
+    late: str = "drop"
 
 
 def _row_order(row: dict[str, Any]) -> tuple:
@@ -77,7 +90,10 @@ def _row_order(row: dict[str, Any]) -> tuple:
 
 
 def _subtask_state(
-    ctx: OperatorContext, subtask: int, timer: AckTimer
+    ctx: OperatorContext,
+    subtask: int,
+    timer: AckTimer,
+    clean: Callable[[str, Any], Any] | None = None,
 ) -> tuple[SubtaskState, TaskId]:
     store = open_store(ctx.store_url, **ctx.store_options)
     task = TaskId.of(ctx.uid, subtask)
@@ -94,6 +110,7 @@ def _subtask_state(
         full_snapshot=ctx.full_snapshot,
         max_deltas=ctx.max_deltas,
         timer=timer,
+        clean=clean,
     )
     return state, task
 
@@ -114,15 +131,23 @@ def _snapshot_and_ack(ctx: OperatorContext, state: SubtaskState, task: TaskId) -
     acknowledge(state.store, Layout(ctx.pipeline), CheckpointId(ctx.checkpoint_id), ack)
 
 
+def _cleaner(function: KeyedProcessFunction, now_ms: int) -> Callable[[str, Any], Any] | None:
+    """How a compaction drops expired entries of ``function``'s TTL states (None: no TTL)."""
+    descriptors = {d.name: d for d in function.states}
+    if function.bare or all(d.ttl is None for d in descriptors.values()):
+        return None
+    return lambda key, value: value if is_pseudo_key(key) else cleanup(descriptors, value, now_ms)
+
+
 def process_subtask(
     ctx: OperatorContext, fn: Callable[..., Any], subtask: int, table: pa.Table
 ) -> pa.Table:
     """Run subtask ``subtask`` of a general keyed operator; returns its outputs.
 
     Steps: 1. this epoch's rows by key, each key's rows in source order (Kafka's topic,
-    partition and offset, or a file source's file and row, else by content); 2. restore
-    those keys;
-    3. ``fn(key, rows, state)`` per key in key order; 4. snapshot and ack.
+    partition and offset, or a file source's file and row, else by content); 2. the
+    subtask's state; 3. the function (``process.run_function``: ``fn(key, rows, state)``, or
+    a ``KeyedProcessFunction`` with its states and timers); 4. snapshot and ack.
     """
     # Step 1 (the subtask's barrier: its sync part starts here)
     timer = AckTimer()
@@ -135,20 +160,26 @@ def process_subtask(
         ck = canonical_key(record[ctx.key])
         by_key.setdefault(ck, []).append(record)
         kg_of[ck] = kg
+    for ck in by_key:
+        by_key[ck].sort(key=_row_order)
     # Step 2
-    state, task = _subtask_state(ctx, subtask, timer)
-    previous = _previous(state, kg_of.items())
+    function = fn if isinstance(fn, KeyedProcessFunction) else ValueFunction(fn)
+    state, task = _subtask_state(ctx, subtask, timer, _cleaner(function, ctx.trigger_time_ms))
     # Step 3
-    outputs: list[dict[str, Any]] = []
-    for ck in sorted(by_key):
-        before = previous.get(ck)
-        old = None if before is None else before[0]
-        out, new = fn(json.loads(ck), sorted(by_key[ck], key=_row_order), old)
-        outputs.extend(out)
-        if new is not None:
-            state.put(kg_of[ck], ck, new)
-        elif before is not None:
-            state.delete(kg_of[ck], ck)
+    times = EpochTimes(
+        ctx.trigger_time_ms, ctx.watermark_before, ctx.watermark_after, ctx.event_column, ctx.late
+    )
+    outputs = run_function(
+        function,
+        times,
+        by_key,
+        kg_of,
+        state.owned,
+        state.previous,
+        state.previous_by_group,
+        state.put,
+        state.delete,
+    )
     # Step 4
     _snapshot_and_ack(ctx, state, task)
     return pa.Table.from_pylist(outputs, schema=ctx.output_schema)

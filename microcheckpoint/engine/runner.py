@@ -36,7 +36,9 @@ from microcheckpoint.engine.api import (
     Pipeline,
     StageSource,
     UnionSource,
+    source_event_time,
 )
+from microcheckpoint.engine.event_time import epoch_maxima, restored_watermarks, store_watermarks
 from microcheckpoint.engine.filescan import file_frame
 from microcheckpoint.engine.keyed import (
     AGGREGATE,
@@ -50,6 +52,8 @@ from microcheckpoint.engine.sources import (
     KafkaSplitReader,
     kafka_schema,
 )
+from microcheckpoint.engine.watermarks import WatermarkState, advance
+from microcheckpoint.errors import ConfigError
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
@@ -196,6 +200,32 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
     return grouped.groupBy(SUBTASK).applyInArrow(run, op.output_schema)
 
 
+def _event_options(
+    pipeline: Pipeline,
+    op: KeyedOperator,
+    marks: tuple[WatermarkState, WatermarkState] | None,
+    df: Any,
+) -> dict[str, Any]:
+    """A process function's event-time settings for its ``OperatorContext``."""
+    if op.process_function is None:
+        return {}
+    options: dict[str, Any] = {"late": op.late}
+    event_time = source_event_time(pipeline.source)
+    if marks is not None and event_time is not None:
+        if event_time.column not in df.columns:
+            raise ConfigError(
+                f"event_time column of operator {op.uid!r}",
+                event_time.column,
+                "a column of the operator's input rows (keep it through the stages before)",
+            )
+        options.update(
+            event_column=event_time.column,
+            watermark_before=marks[0].watermark,
+            watermark_after=marks[1].watermark,
+        )
+    return options
+
+
 def _sink_stage(spark: Any, df: Any, sink: Sink, ctx: SinkContext, parallelism: int) -> Any:
     """The DataFrame that pre-commits ``df`` into ``sink`` as ``parallelism`` parts."""
     from pyspark.sql import functions as F
@@ -234,12 +264,31 @@ def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallel
 
 
 def _idle(pipeline: Pipeline, plan: EpochPlan) -> bool:
-    """Nothing to read and nothing to rewrite: the epoch needs no Spark job."""
+    """Nothing to read and nothing to rewrite: the epoch needs no Spark job (a process
+    function always runs: a timer may be due)."""
     return (
         plan.barrier.record_count == 0
         and not plan.full_snapshot
-        and all(op.state_backend == "table" for op in pipeline.operators)
+        and all(
+            op.state_backend == "table" and op.process_function is None for op in pipeline.operators
+        )
     )
+
+
+def _watermarks(
+    pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, df: Any | None
+) -> tuple[WatermarkState, WatermarkState] | None:
+    """The watermark state before and after this epoch (None without event time): restored
+    from the source's state, advanced by the epoch's highest event time per partition."""
+    event_time = source_event_time(pipeline.source)
+    if event_time is None:
+        return None
+    before = restored_watermarks(store, plan.restore.get(pipeline.source.uid, ()))
+    files = [str(tp) for tp in plan.barrier.ranges if tp.topic.startswith("files.")]
+    highs = {} if df is None else epoch_maxima(df, event_time.column, files)
+    partitions = [str(tp) for tp in plan.barrier.ranges]
+    after = advance(before, highs, partitions, event_time, plan.trigger_time_ms)
+    return before, after
 
 
 def run_epoch(
@@ -272,6 +321,9 @@ def run_epoch(
             for sink in pipeline.sinks:
                 sink.open()  # the executors publish as they go
         df = _source(spark, pipeline, plan, bootstrap, faults, options)
+    if source_event_time(pipeline.source) is not None and df is not None:
+        df = df.persist()  # read once: for the event times, then for the stages
+    marks = _watermarks(pipeline, plan, store, df)
     # Step 2: the stages.
     staged = []
     cached = []
@@ -309,6 +361,7 @@ def run_epoch(
                 faults=faults,
                 aggregate=None if stage.aggregate is None else stage.aggregate.kind,
                 output_column="total" if stage.aggregate is None else stage.aggregate.output,
+                **_event_options(pipeline, stage, marks, df),
             )
             df = _keyed(spark, df, stage, op_ctx)
             if i < len(stages) - 1:
@@ -334,6 +387,19 @@ def run_epoch(
     # Step 4: the source's operator state is the barrier's ends (its sync part: taking them).
     timer = AckTimer()
     offsets = {str(tp): end for tp, end in plan.barrier.ends.items()}
-    source_ack = timer.ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, (), offsets)
+    handles = []
+    if marks is not None:
+        handles.append(
+            store_watermarks(
+                store,
+                pipeline.name,
+                plan.checkpoint_id,
+                plan.attempt,
+                pipeline.source.uid,
+                marks[1],
+                plan.trigger_time_ms,
+            )
+        )
+    source_ack = timer.ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, handles, offsets)
     acknowledge(store, Layout(pipeline.name), plan.checkpoint_id, source_ack)
     return EpochResult(plan.checkpoint_id, plan.attempt, plan.barrier.record_count, outputs)

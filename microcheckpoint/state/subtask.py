@@ -13,7 +13,7 @@ one JSON file, rewritten every epoch and capped at ``MEMORY_LIMIT_BYTES``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -58,6 +58,8 @@ class SubtaskState:
         max_deltas: compact once a key group's chain holds more deltas than this.
         timer: started at the subtask's barrier; each file upload counts as its async part
             (a fresh one when not given).
+        clean: ``clean(key, value) -> value or None``, applied to every key a compaction
+            (or a memory snapshot) rewrites: how expired state TTL entries leave the files.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class SubtaskState:
         max_deltas: int = 8,
         cache: FileCache | None = FILES,
         timer: AckTimer | None = None,
+        clean: Callable[[str, Any], Any] | None = None,
     ) -> None:
         self.store = store
         self.uid = uid
@@ -89,6 +92,7 @@ class SubtaskState:
         self.cache = cache
         self.changes: dict[int, dict[str, Any]] = {}
         self.timer = timer or AckTimer()
+        self.clean = clean
 
     # ---- reading ----------------------------------------------------------------------
 
@@ -121,6 +125,27 @@ class SubtaskState:
                 strict=True,
             )
         }
+
+    def previous_by_group(
+        self, keys_by_kg: Mapping[int, Iterable[str]]
+    ) -> dict[int, dict[str, tuple[Any, int]]]:
+        """As ``previous``, by key group: for keys every group holds (a process function's
+        timers and late count)."""
+        chains = {kg: self.chains[kg] for kg in keys_by_kg if self.chains.get(kg)}
+        if not chains:
+            return {}
+        wanted = sorted({key for kg in chains for key in keys_by_kg[kg]})
+        rows = self._latest(chains, wanted)
+        out: dict[int, dict[str, tuple[Any, int]]] = {}
+        for kg, key, text, updated in zip(
+            rows.column("kg").to_pylist(),
+            rows.column("key").to_pylist(),
+            rows.column("state").to_pylist(),
+            rows.column("updated_ms").to_pylist(),
+            strict=True,
+        ):
+            out.setdefault(kg, {})[key] = (json.loads(text), int(updated))
+        return out
 
     # ---- changing ---------------------------------------------------------------------
 
@@ -224,10 +249,24 @@ class SubtaskState:
                     changed.filter(pc.is_valid(changed.column("state"))),
                 ]
             )
+        if self.clean is not None:
+            rows = self._cleaned(rows)
         if rows.num_rows == 0:
             return []
         kgs = sorted(set(rows.column("kg").to_pylist()))
         return [self._put(BASE_NAME, encode_rows(rows), kgs)]
+
+    def _cleaned(self, rows: pa.Table) -> pa.Table:
+        """``rows`` after ``clean`` (a row whose value cleans to None is left out)."""
+        keep, states = [], []
+        for key, text in zip(
+            rows.column("key").to_pylist(), rows.column("state").to_pylist(), strict=True
+        ):
+            value = self.clean(key, json.loads(text))  # type: ignore[misc]
+            keep.append(value is not None)
+            states.append(text if value is None else json.dumps(value, sort_keys=True))
+        rows = rows.set_column(2, "state", pa.array(states, pa.string()))
+        return rows.filter(pa.array(keep, pa.bool_()))
 
     def _snapshot_memory(self) -> list[StateHandle]:
         groups: dict[int, KeyGroupState] = {}
@@ -239,6 +278,9 @@ class SubtaskState:
                     state.pop(key, None)
                 else:
                     state[key] = (value, self.now_ms)
+            if self.clean is not None:
+                cleaned = {k: (self.clean(k, v), u) for k, (v, u) in state.items()}
+                state = {k: vu for k, vu in cleaned.items() if vu[0] is not None}
             if state:
                 groups[kg] = state
         data = encode_memory(self.uid, groups)
