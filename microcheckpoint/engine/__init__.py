@@ -15,6 +15,14 @@ from microcheckpoint.engine.api import (
     running_min,
     running_sum,
 )
+from microcheckpoint.engine.operator_state import (
+    PartitionContext,
+    PartitionFunction,
+    PartitionOperator,
+    broadcast_state,
+    operator_list_state,
+    union_list_state,
+)
 from microcheckpoint.engine.process import KeyedProcessFunction, ProcessContext
 from microcheckpoint.engine.watermarks import EventTime
 from microcheckpoint.state.kinds import (
@@ -51,4 +59,11 @@ __all__ = [
     "running_max",
     "running_min",
     "running_sum",
+    # operator state (engine/operator_state.py)
+    "PartitionContext",
+    "PartitionFunction",
+    "PartitionOperator",
+    "broadcast_state",
+    "operator_list_state",
+    "union_list_state",
 ]

@@ -513,8 +513,9 @@ class Pipeline:
 
     @property
     def uids(self) -> list[str]:
+        keyed = [op.uid for op in self.operators]
         partition = [op.uid for op in self.partition_operators]
-        return [self.source.uid, *(op.uid for op in self.operators), *partition, *(s.uid for s in self.sinks)]
+        return [self.source.uid, *keyed, *partition, *(s.uid for s in self.sinks)]
 
     def use_storage(self, s3_options: dict[str, Any]) -> Pipeline:
         """Give every sink without S3 settings of its own the run's (``Sink.use_storage``);

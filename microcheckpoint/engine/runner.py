@@ -46,6 +46,9 @@ from microcheckpoint.engine.keyed import (
     merge_aggregate,
     process_subtask,
 )
+from microcheckpoint.engine.operator_stage import partition_stage
+from microcheckpoint.engine.operator_state import PartitionOperator
+from microcheckpoint.engine.operator_subtask import idle_acks as partition_idle_acks
 from microcheckpoint.engine.routing import KG, SUBTASK, route
 from microcheckpoint.engine.sinkstage import SinkContext, stage_table
 from microcheckpoint.engine.sources import (
@@ -84,7 +87,8 @@ class EpochResult:
 def expected_tasks(pipeline: Pipeline, parallelism: int) -> list[TaskId]:
     """The acks a checkpoint of ``pipeline`` needs: the source, and every keyed subtask."""
     tasks = [TaskId.of(pipeline.source.uid, 0)]
-    for uid in [op.uid for op in pipeline.operators] + [s.uid for s in pipeline.sinks]:
+    partition = [op.uid for op in pipeline.partition_operators]
+    for uid in [op.uid for op in pipeline.operators] + partition + [s.uid for s in pipeline.sinks]:
         tasks.extend(TaskId.of(uid, i) for i in range(parallelism))
     return tasks
 
@@ -257,6 +261,7 @@ def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallel
             task = TaskId.of(op.uid, subtask)
             ack = timer.ack(task, plan.attempt, handles.values())
             acknowledge(store, layout, plan.checkpoint_id, ack)
+    partition_idle_acks(pipeline, plan, store, parallelism)  # engine/operator_subtask.py
     for sink in pipeline.sinks:
         for part in range(parallelism):
             ack = AckTimer().ack(TaskId.of(sink.uid, part), plan.attempt)
@@ -311,6 +316,7 @@ def run_epoch(
     options = dict(store_options or {})
     pipeline.use_storage(options)  # one endpoint setting for every S3 client of the run
     uids = [op.uid for op in pipeline.operators] + [s.uid for s in pipeline.sinks]
+    uids += [op.uid for op in pipeline.partition_operators]
     parallelism = plan.parallelism(*uids)
     # Step 1: the source.
     if _idle(pipeline, plan):
@@ -370,6 +376,12 @@ def run_epoch(
                 df = df.persist()
                 df.count()
                 cached.append(df)
+        elif isinstance(stage, PartitionOperator):  # operator state: engine/operator_stage.py
+            last = i == len(stages) - 1
+            df = partition_stage(
+                spark, df, stage, plan, store, options, parallelism, faults, persist=not last
+            )
+            cached.append(df)
         else:
             df = stage(df)
     # Step 3: the actions.

@@ -11,6 +11,7 @@ and ``updated_ms``, sorted by ``(kg, key)``.
 | ``state.json`` | JSON ``{kg: {key: [value, updated_ms]}}`` of one subtask | ``memory`` backend, every epoch |
 | ``kg-<n>.parquet`` | Parquet ``(key, state, updated_ms)`` of one key group | ``table`` backend before format 2 (read only) |
 | ``delta.json`` | JSON like ``state.json``, a null value marks a deletion | ``table`` backend before format 2 (read only) |
+| ``operator.json`` | JSON of one subtask's operator state, a row per state (``state.operator_files``) | ``PartitionOperator``, every epoch |
 
 Files are immutable (their names are unique per attempt), so a process keeps the tables it
 read in ``FILES``, a cache bounded by bytes: a warm engine re-reads only new files.
@@ -113,6 +114,10 @@ def rows_of(data: bytes, handle: StateHandle, source: str) -> pa.Table:
     Raises:
         MetadataFormatError: the bytes are not a state file of that format.
     """
+    if handle.key.endswith("/operator.json"):  # operator (non-keyed) state
+        from microcheckpoint.state.operator_files import operator_rows
+
+        return operator_rows(data, source)
     if handle.key.endswith(".json"):
         return _from_json_groups(data, source)
     try:

@@ -9,8 +9,8 @@ what it references, against the uid of the task whose ack holds it:
 
 - ``…/state/<uid>/<folder>/<name>`` with ``<name>`` one of the state formats of
   ``state.files`` (``base.parquet``, ``delta.parquet``, ``state.json``, ``kg-<n>.parquet``,
-  ``delta.json``): a **state file**. It must exist, have the handle's size, and decode as
-  state rows of its format.
+  ``delta.json``, and operator state's ``operator.json``): a **state file**. It must exist,
+  have the handle's size, and decode as state rows of its format.
 - ``…/sink/<uid>/part-<subtask>-a<attempt>.jsonl``: a **staged sink part** (EXACTLY_ONCE
   sinks, ``engine.sinkstage``). It must exist and have the handle's size; it is never
   parsed, since it is sink output, not state.
@@ -48,7 +48,7 @@ from microcheckpoint.storage.port import ObjectStore
 __all__ = ["Check", "FileKind", "Verification", "classify", "dry_run_restore", "verify_point"]
 
 _STATE_NAME = re.compile(
-    r"(base\.parquet|delta\.parquet|state\.json|delta\.json|kg-\d{5}\.parquet)"
+    r"(base\.parquet|delta\.parquet|state\.json|delta\.json|kg-\d{5}\.parquet|operator\.json)"
 )
 _SINK_NAME = re.compile(r"part-\d{5}-a\d{5}\.jsonl")
 
