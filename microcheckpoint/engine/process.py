@@ -170,6 +170,12 @@ class _Key:
         return self.state.stored()
 
 
+def _is_late(value: Any, watermark: int) -> bool:
+    """A row is late when its event time is at or below the watermark (no time: on time)."""
+    ms = event_ms(value)
+    return ms is not None and ms <= watermark
+
+
 def _outputs(result: Iterable[dict] | None) -> Rows:
     return [] if result is None else list(result)
 
@@ -249,9 +255,9 @@ def run_function(
         k = key_of(ck)
         rows, late = by_key[ck], []
         if column is not None and times.watermark_before is not None:
-            mark0 = times.watermark_before
-            late = [r for r in rows if (event_ms(r.get(column)) or mark0 + 1) <= mark0]
-            rows = [r for r in rows if not (event_ms(r.get(column)) or mark0 + 1) <= mark0]
+            flags = [_is_late(r.get(column), times.watermark_before) for r in rows]
+            late = [r for r, f in zip(rows, flags, strict=True) if f]
+            rows = [r for r, f in zip(rows, flags, strict=True) if not f]
         if rows:
             outputs += _outputs(function.process(k.ctx.key, rows, k.ctx))
         if late:
