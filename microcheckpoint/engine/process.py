@@ -127,10 +127,16 @@ class ProcessContext:
         self.watermark = times.watermark_before
         self.timestamp: int | None = None
         self.time_domain: str | None = None
+        # the source's event-time column (None without ``EventTime``)
+        self.event_column = times.event_column
 
     def state(self, name: str) -> Any:
         """The handle of the declared state ``name`` for this key."""
         return self._state.state(name)
+
+    def event_time(self, row: Mapping[str, Any]) -> int | None:
+        """``row``'s event time in epoch ms (None: no event time declared, or a null value)."""
+        return None if self.event_column is None else event_ms(row.get(self.event_column))
 
 
 class ValueFunction(KeyedProcessFunction):
