@@ -6,6 +6,8 @@ What ``make demo-engine``, the tests and ``spark_jobs/run_epoch.py`` without
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
@@ -33,8 +35,12 @@ def run_cycle(
     parallelism: int,
     store_options: dict[str, Any] | None = None,
     collect: bool = False,
+    clock: Callable[[], float] = time.time,
 ) -> EpochResult:
     """One local cycle of ``pipeline``.
+
+    ``clock`` (seconds since the epoch) is the coordinator's: the checkpoint's trigger time,
+    which is the epoch's processing time (state TTL, processing-time timers), comes from it.
 
     Steps: 1. recover (a claimed completion, completed checkpoints not notified) and re-run
     the oldest pending epoch or trigger the next one; 2. plan it (a new attempt); 3. process
@@ -42,7 +48,7 @@ def run_cycle(
     """
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 
-    coordinator = CheckpointCoordinator(store, config)
+    coordinator = CheckpointCoordinator(store, config, clock=clock)
     faults = Faults.from_env()
     with KafkaOffsets(bootstrap) as kafka:
         offsets = source_offsets(pipeline.source, kafka, store_options)
