@@ -25,6 +25,16 @@ from microcheckpoint.engine.operator_state import (
 )
 from microcheckpoint.engine.process import KeyedProcessFunction, ProcessContext
 from microcheckpoint.engine.watermarks import EventTime
+from microcheckpoint.engine.windows import (
+    WindowAggregator,
+    count_rows,
+    max_of,
+    min_of,
+    session_window,
+    sliding_window,
+    sum_of,
+    tumbling_window,
+)
 from microcheckpoint.state.kinds import (
     Aggregator,
     StateTtl,
@@ -66,4 +76,13 @@ __all__ = [
     "broadcast_state",
     "operator_list_state",
     "union_list_state",
+    # windows (engine/windows.py)
+    "WindowAggregator",
+    "count_rows",
+    "max_of",
+    "min_of",
+    "session_window",
+    "sliding_window",
+    "sum_of",
+    "tumbling_window",
 ]
