@@ -26,6 +26,8 @@ PURE_MODULES = [
     "microcheckpoint.engine.api",
     "microcheckpoint.engine.keyed",
     "microcheckpoint.engine.sinkstage",
+    "microcheckpoint.engine.operator_state",
+    "microcheckpoint.engine.operator_subtask",
 ]
 
 
