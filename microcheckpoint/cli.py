@@ -514,16 +514,19 @@ def restore_point(
         help="drop state of operators the pipeline no longer has",
     ),
     module: str | None = typer.Option(
-        None, help="module:attribute of the Pipeline, to check its operator uids"
+        None, help="module:attribute of the Pipeline, to check its operator uids and states"
     ),
     timeout: float = typer.Option(600, help="seconds to wait for checkpoints in flight"),
 ) -> None:
     """Re-base the pipeline on a checkpoint or savepoint; its next run starts there."""
+    from microcheckpoint.state.evolution import pipeline_descriptors
+
     target: Target = ctx.obj
     pipe = target.known()
-    uids = None
+    uids = descriptors = None
     if module:
-        uids = load_pipeline(module, name=pipe.name).uids
+        pipeline = load_pipeline(module, name=pipe.name)
+        uids, descriptors = pipeline.uids, pipeline_descriptors(pipeline)
     request = plan_restore(
         pipe,
         point,
@@ -531,7 +534,10 @@ def restore_point(
         parallelism=parallelism,
         allow_non_restored_state=allow_non_restored_state,
         uids=uids,
+        descriptors=descriptors,
     )
+    if request.dropped_states:
+        err.print(f"states left unread: {', '.join(request.dropped_states)}", markup=False)
     marker = restore_pipeline(
         pipe, request, labels={"by": "microcheckpoint CLI"}, timeout_s=timeout
     )
@@ -551,14 +557,25 @@ def verify(
     point: str = typer.Argument(..., help="latest, a checkpoint id, or a savepoint URL"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     bootstrap: str | None = typer.Option(None, help=BOOTSTRAP_HELP),
+    module: str | None = typer.Option(
+        None, help="module:attribute of the Pipeline, to check its states against the point's"
+    ),
 ) -> None:
     """A dry-run restore: read the point's _metadata and every state file it references (each
-    must decode), check that its staged sink parts are there with their size (sink output is
-    not read), and check that its offsets are still in Kafka (not deleted by retention; a
-    WARNING when retention deletes them within 24 hours). Changes nothing."""
+    must decode), list its state descriptors (against the pipeline's with --module), check
+    that its staged sink parts are there with their size (sink output is not read), and
+    check that its offsets are still in Kafka (not deleted by retention; a WARNING when
+    retention deletes them within 24 hours). Changes nothing."""
     target: Target = ctx.obj
     target.bootstrap = bootstrap or target.bootstrap
-    done = dry_run_restore(lambda: _point(target, point), lambda p: _offset_checks(target, p))
+    declared = None
+    if module:
+        from microcheckpoint.state.evolution import pipeline_descriptors
+
+        declared = pipeline_descriptors(load_pipeline(module, name=target.pipe.name))
+    done = dry_run_restore(
+        lambda: _point(target, point), lambda p: _offset_checks(target, p), declared
+    )
     where = done.point.location if done.point else point
     if as_json:
         checks = [c.to_json() for c in done.checks]
@@ -624,17 +641,18 @@ def state_export(
     to: str = typer.Option(..., "--to", help="Parquet file to write"),
     checkpoint: int | None = typer.Option(None, help="checkpoint id (default: latest)"),
 ) -> None:
-    """Write an operator's keyed state (``key``, ``state`` as JSON) to a Parquet file."""
-    import pyarrow as pa
+    """Write an operator's keyed state (``key``, ``state`` as JSON; a process function's
+    states decoded per kind and its ``timers``) to a Parquet file."""
     import pyarrow.parquet as pq
 
-    from microcheckpoint.state.reader import read_keyed_state
+    from microcheckpoint.state.offline import table_of
+    from microcheckpoint.state.reader import read_keyed_table
 
     target: Target = ctx.obj
     pipe = target.known()
     cid = None if checkpoint is None else CheckpointId(checkpoint)
-    state = read_keyed_state(pipe.store, pipe.name, uid, cid)
-    if not state:
+    state = read_keyed_table(pipe.store, pipe.name, uid, cid)
+    if not (state.keys or state.timers or state.groups):
         view = scan(pipe.store, Layout(pipe.name))
         which = cid or view.latest_completed
         if which is None:
@@ -642,15 +660,11 @@ def state_export(
         uids = sorted({str(t.uid) for t in view.metadata(which).acks})
         if uid not in uids:
             raise ConfigError("uid", uid, f"an operator uid of {pipe.name!r}: {uids}")
-    keys = sorted(state, key=lambda k: json.dumps(k, sort_keys=True, default=str))
-    table = pa.table(
-        {
-            "key": [json.dumps(k, sort_keys=True, default=str) for k in keys],
-            "state": [json.dumps(state[k], sort_keys=True, default=str) for k in keys],
-        }
-    )
+    table = table_of(state)
     pq.write_table(table, to)
-    out.print(f"wrote {len(keys)} keys of {uid} to {to}", markup=False)
+    timers = sum(len(t) for t in state.timers.values())
+    more = f" ({timers} timers)" if state.descriptors is not None else ""
+    out.print(f"wrote {table.num_rows} keys of {uid}{more} to {to}", markup=False)
 
 
 @state_app.command("import")
@@ -681,16 +695,20 @@ def state_import(
     State Processor API; other operators' state comes from the latest checkpoint."""
     from microcheckpoint.ops.savepoints import savepoint_target
     from microcheckpoint.state.bootstrap import bootstrap_savepoint, read_state_table
+    from microcheckpoint.state.offline import read_table_extras
 
     target: Target = ctx.obj
     pipe = target.pipe
     where = savepoint_target(pipe, target_url)
-    states = read_state_table(source)
+    table, descriptors = read_table_extras(source, read_state_table(source))
     done = bootstrap_savepoint(
         pipe.store,
         pipe.name,
         uid,
-        states,
+        table.keys,
+        timers=table.timers,
+        groups=table.groups,
+        descriptors=descriptors,
         parallelism=parallelism,
         max_parallelism=max_parallelism,
         offsets=offsets,

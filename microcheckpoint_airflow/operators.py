@@ -50,6 +50,7 @@ from microcheckpoint.protocol.recovery import abort_failed_run, complete_checkpo
 from microcheckpoint.protocol.retention import enforce_retention
 from microcheckpoint.protocol.source import group_committer
 from microcheckpoint.protocol.view import CheckpointStatus
+from microcheckpoint.state.evolution import pipeline_descriptors
 from microcheckpoint_airflow import metrics
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.run_conf import refuse_unknown_conf
@@ -578,13 +579,15 @@ class ValidateRestoreOperator(PipelineOperator):
     def request(self) -> RestoreRequest:
         """The checked request (the form's parallelism defaults to the spec's)."""
         raw = self.parallelism_param
+        pipeline = self.load_pipeline()
         return plan_restore(
             self.target(),
             self.point,
             claim_mode=self.claim_mode,
             parallelism=self.spec.parallelism if raw in (None, "", "None") else raw,
             allow_non_restored_state=_truthy(self.allow_non_restored_state),
-            uids=self.load_pipeline().uids,
+            uids=pipeline.uids,
+            descriptors=pipeline_descriptors(pipeline),
         )
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -595,6 +598,8 @@ class ValidateRestoreOperator(PipelineOperator):
             self.log.error("%s", request.point.note)
         if request.dropped:
             self.log.warning("state of operators %s will not be restored", list(request.dropped))
+        if request.dropped_states:
+            self.log.warning("states %s will be left unread", list(request.dropped_states))
         return request.summary()
 
 

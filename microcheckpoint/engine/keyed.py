@@ -35,6 +35,7 @@ from microcheckpoint.protocol.coordinator import acknowledge
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.chains import key_group_chains
+from microcheckpoint.state.evolution import DESCRIPTORS_FIELD, function_descriptors
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import key_group_range
 from microcheckpoint.state.kinds import cleanup, is_pseudo_key
@@ -123,11 +124,13 @@ def _previous(state: SubtaskState, keys: Iterable[tuple[str, int]]) -> dict[str,
     return state.previous(keys_by_kg)
 
 
-def _snapshot_and_ack(ctx: OperatorContext, state: SubtaskState, task: TaskId) -> None:
+def _snapshot_and_ack(
+    ctx: OperatorContext, state: SubtaskState, task: TaskId, info: dict[str, Any] | None = None
+) -> None:
     handles = state.snapshot()
     ctx.faults.point("after_snapshot")
     # A retried Spark task writes the same files and its ack is a DUPLICATE.
-    ack = state.timer.ack(task, ctx.attempt, handles)
+    ack = state.timer.ack(task, ctx.attempt, handles, info)
     acknowledge(state.store, Layout(ctx.pipeline), CheckpointId(ctx.checkpoint_id), ack)
 
 
@@ -180,8 +183,9 @@ def process_subtask(
         state.put,
         state.delete,
     )
-    # Step 4
-    _snapshot_and_ack(ctx, state, task)
+    # Step 4 (subtask 0 records the state descriptors: state.evolution)
+    schemas = function_descriptors(function) if subtask == 0 else None
+    _snapshot_and_ack(ctx, state, task, None if schemas is None else {DESCRIPTORS_FIELD: schemas})
     return pa.Table.from_pylist(outputs, schema=ctx.output_schema)
 
 

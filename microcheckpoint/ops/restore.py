@@ -23,6 +23,7 @@ from microcheckpoint.protocol.savepoints import (
     resolve_point,
     restore,
 )
+from microcheckpoint.state.evolution import Declared, check_evolution, recorded_descriptors
 
 __all__ = [
     "RestoreRequest",
@@ -38,13 +39,15 @@ class RestoreRequest:
     """A checked restore: what it starts from and how.
 
     ``dropped`` are operator uids whose state the point holds and the pipeline no longer
-    has (only with ``allow_non_restored_state``).
+    has, ``dropped_states`` the ``uid/state`` names of states the pipeline's operators no
+    longer declare (both only with ``allow_non_restored_state``).
     """
 
     point: RestorePoint
     claim_mode: ClaimMode
     parallelism: int | None
     dropped: tuple[str, ...]
+    dropped_states: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
         """What a person sees before it happens (a task's XCom, ``--json``)."""
@@ -56,6 +59,7 @@ class RestoreRequest:
             "claim_mode": self.claim_mode.value,
             "parallelism": self.parallelism,
             "dropped_state": list(self.dropped),
+            "dropped_states": list(self.dropped_states),
             "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
         } | ({"note": self.point.note} if self.point.note else {})
 
@@ -100,17 +104,18 @@ def _max_parallelism(target: PipelineTarget, point: RestorePoint) -> int:
         return target.config.max_parallelism
 
 
-def _current_uids(target: PipelineTarget) -> list[str] | None:
-    """The operator uids of the pipeline's newest readable completed checkpoint (None: none
-    yet). A corrupt ``_metadata`` is passed over, as ``choose_restore`` passes it over for
-    ``latest``: it must not fail a restore that falls back to an older checkpoint."""
+def _current(target: PipelineTarget) -> tuple[list[str], Declared] | None:
+    """The operator uids and state descriptors of the pipeline's newest readable completed
+    checkpoint (None: none yet). A corrupt ``_metadata`` is passed over, as
+    ``choose_restore`` passes it over for ``latest``: it must not fail a restore that falls
+    back to an older checkpoint."""
     view = target.coordinator().view()
     for cid in reversed(view.completed):
         try:
             meta = view.metadata(cid)
         except MetadataFormatError:
             continue
-        return sorted({str(t.uid) for t in meta.acks})
+        return sorted({str(t.uid) for t in meta.acks}), recorded_descriptors(meta)
     return None
 
 
@@ -122,6 +127,7 @@ def plan_restore(
     parallelism: Any = None,
     allow_non_restored_state: bool = False,
     uids: Iterable[str] | None = None,
+    descriptors: Declared | None = None,
 ) -> RestoreRequest:
     """Check a restore request; writes nothing.
 
@@ -130,21 +136,32 @@ def plan_restore(
         point: ``latest`` (or empty), a checkpoint id, or a folder URL under the roots.
         claim_mode: ``NO_CLAIM`` (default) or ``CLAIM``.
         parallelism: subtasks from now on, 1..max_parallelism (None: keep).
-        allow_non_restored_state: drop state of operators the pipeline no longer has.
+        allow_non_restored_state: drop state of operators the pipeline no longer has, and
+            leave unread states its operators no longer declare (``state.evolution``).
         uids: the pipeline's operator uids (None: those of its latest checkpoint, if any).
+        descriptors: the pipeline's state descriptors per keyed operator
+            (``state.evolution.pipeline_descriptors``; None: those its latest checkpoint
+            records, if any).
 
     Raises:
         ConfigError: a malformed value, a URL outside the roots, parallelism out of range.
         CheckpointNotFound: nothing restorable there (or a misspelt pipeline).
-        IncompatibleCheckpoint: another pipeline's point, or state without an operator.
+        IncompatibleCheckpoint: another pipeline's point, state without an operator, or
+            state descriptors the pipeline's cannot read (a changed kind or type; a dropped
+            state without ``allow_non_restored_state``).
     """
     mode = _claim(claim_mode)
     text = "latest" if point in (None, "None") else str(point)
     found = resolve_point(text, target.name, target.store, target.locations.locate)
     number = parse_parallelism(parallelism, _max_parallelism(target, found))
-    known = list(uids) if uids is not None else _current_uids(target)
+    current = _current(target) if uids is None or descriptors is None else None
+    known = list(uids) if uids is not None else current and current[0]
     dropped = check_restorable(found, known, allow_non_restored_state) if known else []
-    return RestoreRequest(found, mode, number, tuple(dropped))
+    declared = descriptors if descriptors is not None else current and current[1]
+    states = check_evolution(found, declared, allow_non_restored_state) if declared else []
+    return RestoreRequest(
+        found, mode, number, tuple(dropped), tuple(f"{c.uid}/{c.name}" for c in states)
+    )
 
 
 def apply_restore(

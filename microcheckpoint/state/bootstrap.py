@@ -49,6 +49,7 @@ from microcheckpoint.protocol.records import Ack, CheckpointMetadata, encode_met
 from microcheckpoint.protocol.savepoints import savepoint_folder
 from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.backends import canonical_key
+from microcheckpoint.state.evolution import DESCRIPTORS_FIELD, recorded_descriptors
 from microcheckpoint.state.files import BASE_NAME, encode_rows, rows_from_groups
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import (
@@ -56,6 +57,7 @@ from microcheckpoint.state.keygroups import (
     key_group_range,
     subtask_for_key_group,
 )
+from microcheckpoint.state.kinds import TIMERS_KEY
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
 __all__ = ["Bootstrapped", "bootstrap_savepoint", "read_state_table"]
@@ -152,6 +154,9 @@ def bootstrap_savepoint(
     target: ObjectStore | None = None,
     target_prefix: str | None = None,
     now_ms: int | None = None,
+    timers: Mapping[str, list[list[Any]]] | None = None,
+    groups: Mapping[int, Mapping[str, Any]] | None = None,
+    descriptors: list[dict[str, Any]] | None = None,
 ) -> Bootstrapped:
     """Write a new savepoint of ``pipeline`` whose operator ``uid`` holds ``states``.
 
@@ -173,9 +178,15 @@ def bootstrap_savepoint(
         target, target_prefix: where the savepoint folder is made (default: the pipeline's
             ``savepoints/`` in ``store``).
         now_ms: the state's update time, from which a TTL counts (default: now).
+        timers, groups, descriptors: a keyed process function's pending timers per
+            canonical key, key-group entries (``{kg: {pseudo key: value}}``) and state
+            descriptors (``state.offline``); subtask 0's ack records the descriptors. None
+            for a plain function's values.
 
     Raises:
-        ConfigError: a uid the pipeline's checkpoints do not have as a keyed operator, a
+        ConfigError: a uid the pipeline's checkpoints do not have as a keyed operator (or
+            have as a process function when the table is a plain function's, or the other
+            way round), a
             parallelism or max_parallelism out of range or unlike the checkpoints', an
             offsets value that is malformed or names partitions the pipeline does not read.
         InvalidValue: a malformed uid.
@@ -190,6 +201,7 @@ def bootstrap_savepoint(
     max_parallelism = _max_parallelism(meta, max_parallelism)
     if meta is not None:
         _check_uid(meta, pipeline, uid)
+        _check_layout(meta, uid, descriptors)
     if parallelism is None:
         own = [t for t in meta.acks if t.uid.value == uid] if meta is not None else []
         parallelism = len(own) or DEFAULT_PARALLELISM
@@ -198,11 +210,22 @@ def bootstrap_savepoint(
     barrier, how = _choose_offsets(meta, cid, offsets, f"{pipeline!r} in {store.url}")
     # Step 3: key groups and subtasks.
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    groups: list[dict[int, dict[str, tuple[Any, int]]]] = [{} for _ in range(parallelism)]
-    for ck, state in states.items():
-        kg = key_group_for(ck.encode(), max_parallelism)
+    owned_by: list[dict[int, dict[str, tuple[Any, int]]]] = [{} for _ in range(parallelism)]
+
+    def place(kg: int, key: str, value: Any) -> None:
         subtask = subtask_for_key_group(max_parallelism, parallelism, kg)
-        groups[subtask].setdefault(kg, {})[ck] = (state, now_ms)
+        owned_by[subtask].setdefault(kg, {})[key] = (value, now_ms)
+
+    for ck, state in states.items():
+        place(key_group_for(ck.encode(), max_parallelism), ck, state)
+    by_group: dict[int, dict[str, Any]] = {}
+    for ck, entries in sorted((timers or {}).items()):
+        by_group.setdefault(key_group_for(ck.encode(), max_parallelism), {})[ck] = entries
+    for kg, entries in by_group.items():
+        place(kg, TIMERS_KEY, entries)
+    for kg, pseudo in (groups or {}).items():
+        for key, value in pseudo.items():
+            place(kg, key, value)
     # Step 4: read every other operator's files first, so a missing one writes nothing.
     # A sink's staged parts are output the checkpoint already published, not state: they
     # are left behind (the sink's ack stays, without files).
@@ -221,7 +244,7 @@ def bootstrap_savepoint(
     name = f"bootstrap-{uid}-{uuid.uuid4().hex[:6]}"
     prefix = savepoint_folder(layout, target_prefix, name)
     acks: dict[TaskId, Ack] = {}
-    for subtask, owned in enumerate(groups):
+    for subtask, owned in enumerate(owned_by):
         task = TaskId.of(uid, subtask)
         handles: tuple[StateHandle, ...] = ()
         if owned:
@@ -229,7 +252,8 @@ def bootstrap_savepoint(
             data = encode_rows(rows_from_groups(owned))
             target.put(prefix + key, data)
             handles = (StateHandle(key, len(data), tuple(sorted(owned))),)
-        acks[task] = Ack(task, meta.attempt if meta else 1, handles)
+        info = {DESCRIPTORS_FIELD: descriptors} if descriptors is not None and not subtask else {}
+        acks[task] = Ack(task, meta.attempt if meta else 1, handles, info)
     for task, (ack, files) in carried.items():
         acks[task] = _carry(target, prefix, ack, files, meta, barrier)  # type: ignore[arg-type]
     # Step 6: the savepoint's commit point.
@@ -252,7 +276,7 @@ def bootstrap_savepoint(
     return Bootstrapped(
         url=target.child_url(prefix + "_metadata").rsplit("/", 1)[0],
         uid=uid,
-        keys=len(states),
+        keys=len({*states, *(timers or {})}),
         parallelism=parallelism,
         max_parallelism=max_parallelism,
         offsets=how,
@@ -287,7 +311,8 @@ def _check_uid(meta: CheckpointMetadata, pipeline: str, uid: str) -> None:
         {
             t.uid.value
             for t, ack in meta.acks.items()
-            if not ack.operator_state and all(h.key_groups for h in ack.handles)
+            if not set(ack.operator_state) - {DESCRIPTORS_FIELD}
+            and all(h.key_groups for h in ack.handles)
         }
     )
     if uid not in keyed:
@@ -295,6 +320,23 @@ def _check_uid(meta: CheckpointMetadata, pipeline: str, uid: str) -> None:
             "uid",
             uid,
             f"a keyed operator uid of {pipeline!r} (checkpoint {meta.checkpoint_id}): {keyed}",
+        )
+
+
+def _check_layout(
+    meta: CheckpointMetadata, uid: str, descriptors: list[dict[str, Any]] | None
+) -> None:
+    """A table of named states goes into a keyed process function, a table of plain values
+    into a plain ``KeyedOperator(fn)``, as the latest checkpoint has the operator."""
+    recorded = recorded_descriptors(meta).get(uid)
+    if (recorded is None) != (descriptors is None):
+        has = "a keyed process function" if recorded is not None else "a plain KeyedOperator(fn)"
+        wants = "with key, state and timers columns and descriptors" if recorded else "of values"
+        raise ConfigError(
+            "from",
+            "a table of " + ("named states" if descriptors is not None else "plain values"),
+            f"a table {wants}, as `state export` writes for {uid!r} ({has} in checkpoint "
+            f"{meta.checkpoint_id})",
         )
 
 

@@ -25,6 +25,11 @@ state/<uid>/<subtask>/``), and savepoints, imports and CLAIM-mode checkpoints ke
 own uid in the tail means a state file and a sink part cannot be confused: a state name
 never ends ``.jsonl`` and ``sink/<uid>/`` is never followed by a folder.
 
+Then one row per state descriptor the point records (``state.evolution``): the state as
+stored, or, given the pipeline's descriptors, as the restore would treat it: kept, added,
+fields or TTL changed (ok), dropped (a WARNING: the restore needs
+``allow_non_restored_state``), a changed kind, type or layout (failed).
+
 A point's ``_metadata`` that cannot be read is a verification result too:
 ``dry_run_restore`` turns the resolver's ``MetadataFormatError`` (and the ``RestoreError``
 of ``latest`` when no checkpoint is usable) into a failed ``_metadata`` row naming the
@@ -42,10 +47,19 @@ from typing import Any
 
 from microcheckpoint.errors import MetadataFormatError, RestoreError
 from microcheckpoint.protocol.savepoints import RestorePoint
+from microcheckpoint.state.evolution import Change, Declared, compare, recorded_descriptors
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["Check", "FileKind", "Verification", "classify", "dry_run_restore", "verify_point"]
+__all__ = [
+    "Check",
+    "FileKind",
+    "Verification",
+    "classify",
+    "dry_run_restore",
+    "state_rows",
+    "verify_point",
+]
 
 _STATE_NAME = re.compile(
     r"(base\.parquet|delta\.parquet|state\.json|delta\.json|kg-\d{5}\.parquet|operator\.json)"
@@ -170,15 +184,34 @@ def verify_point(point: RestorePoint) -> list[Check]:
     return checks
 
 
+def state_rows(point: RestorePoint, declared: Declared | None = None) -> list[Check]:
+    """One row per state of the point's keyed process operators, by uid and name.
+
+    Without ``declared`` (the pipeline's descriptors) a row shows the state as recorded;
+    with it, the change a restore would see. Edge cases: operators that only one side has
+    give no rows (the uid check's business); a plain ``KeyedOperator(fn)`` gives none.
+    """
+    recorded = recorded_descriptors(point.metadata)
+    changes = compare(recorded, recorded if declared is None else declared)
+    rows = []
+    for c in changes:
+        dropped = c.change is Change.DROPPED
+        detail = c.detail() + (": restore with allow_non_restored_state" if dropped else "")
+        rows.append(Check(f"state {c.uid}/{c.name}", not c.refused, detail, warning=dropped))
+    return rows
+
+
 def dry_run_restore(
     resolve: Callable[[], RestorePoint],
     more: Callable[[RestorePoint], Iterable[Check]] | None = None,
+    declared: Declared | None = None,
 ) -> Verification:
     """Resolve a point and verify it: ``verify_point``'s rows, then ``more(point)``'s.
 
     Steps: 1. ``resolve()``; an unreadable ``_metadata`` (corrupt, empty, foreign) or no
     usable checkpoint for ``latest`` is one failed ``_metadata`` row whose detail names the
-    file; 2. ``verify_point``; 3. the caller's rows (the CLI's Kafka offsets).
+    file; 2. ``verify_point``, then ``state_rows`` (against ``declared``, the pipeline's
+    state descriptors, when given); 3. the caller's rows (the CLI's Kafka offsets).
 
     Raises:
         Whatever ``resolve`` raises for bad input (a malformed point, no such checkpoint,
@@ -190,7 +223,7 @@ def dry_run_restore(
     except (MetadataFormatError, RestoreError) as exc:
         return Verification(None, (Check("_metadata", False, str(exc)),))
     # Steps 2 and 3: its files, then the caller's checks.
-    checks = verify_point(point)
+    checks = verify_point(point) + state_rows(point, declared)
     if more is not None:
         checks += more(point)
     return Verification(point, tuple(checks))
