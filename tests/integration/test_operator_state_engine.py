@@ -25,7 +25,9 @@ from microcheckpoint.engine import (
     operator_list_state,
     union_list_state,
 )
-from microcheckpoint.ids import CheckpointId
+from microcheckpoint.engine.runner import expected_tasks, run_epoch
+from microcheckpoint.ids import CheckpointId, TopicPartition
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.savepoints import ClaimMode, choose_restore, restore
 from microcheckpoint.state.operator_files import even_split, read_operator_state
@@ -131,6 +133,45 @@ def test_list_state_survives_rescale_2_to_3_to_1_holding_every_row_once(
     checks = verify_point(choose_restore(store, name, checkpoint=CheckpointId(6)))
     files = [c for c in checks if c.check.endswith("/operator.json")]
     assert len(files) == 1 and files[0].ok and files[0].detail.endswith(" bytes, 2 rows")
+
+
+def test_a_re_run_attempt_gives_every_subtask_the_same_rows_and_state(
+    spark, kafka_bootstrap, tmp_path
+):
+    # Attempt 2 of checkpoint 1 runs and acks, then "crashes" before completing; the next
+    # cycle re-runs it as attempt 3, which must write the very same files.
+    topic = _topic(kafka_bootstrap, 2)
+    produced = _produce(kafka_bootstrap, topic, _records(1, 40))
+    name = _name("oprerun")
+    store = FileStore(tmp_path.as_uri())
+    config = _config(store, name, max_records_per_epoch=10, retained=10)
+    pipeline = _buffer_pipeline(name, topic)
+    coordinator = CheckpointCoordinator(store, config)
+    ends = {TopicPartition(topic, 0): 10, TopicPartition(topic, 1): 10}
+    pending = coordinator.trigger(
+        expected_tasks(pipeline, 2), ends, lambda tps: dict.fromkeys(tps, 0)
+    )
+    crashed = run_epoch(spark, pipeline, coordinator.plan(pending.checkpoint_id), store,
+                        bootstrap=kafka_bootstrap)  # fmt: skip
+    assert (crashed.checkpoint_id.value, crashed.attempt, crashed.records) == (1, 2, 20)
+    prefix = Layout(name).chk(CheckpointId(1)) + "state/buffer/"
+    files = lambda: {k[len(prefix) :]: store.get(k).data for k in store.list(prefix)}  # noqa: E731
+    first = files()
+    assert sorted(first) == ["00000-a00002/operator.json", "00001-a00002/operator.json"]
+
+    results = _cycles(spark, pipeline, config, store, kafka_bootstrap, 2, 2)
+    assert [(r.checkpoint_id.value, r.attempt, r.records) for r in results] == [
+        (1, 3, 20),
+        (2, 2, 20),
+    ]
+    # The re-run's files are byte for byte the crashed attempt's: the same rows per subtask.
+    again = files()
+    assert sorted(again) == ["00000-a00003/operator.json", "00001-a00003/operator.json"]
+    assert [again[k.replace("a00002", "a00003")] for k in sorted(first)] == [
+        first[k] for k in sorted(first)
+    ]
+    state = _state(store, name, 2)
+    assert sorted(x for xs in _lists(state) for x in xs) == _ids(produced, {0: 20, 1: 20})
 
 
 def test_restore_of_an_older_checkpoint_at_another_parallelism_s3(
