@@ -10,7 +10,7 @@ One Parquet row per key, columns JSON text:
 
       value        {"value": 7, "ttl_ts": 1700000000000}
       list         [{"value": "a", "ttl_ts": 1700000000000}, ...]
-      map          [{"key": "k", "value": true, "ttl_ts": 1700000000000}, ...]
+      map          [{"key": "k", "value": true, "ttl_ts": 1700000000000}, ...]  by stored key
       reducing     {"value": 42, "ttl_ts": 1700000000000}
       aggregating  {"accumulator": [3, 2], "ttl_ts": 1700000000000}
       (undeclared) {"undeclared": <stored form>}   a dropped state kept unread
@@ -80,7 +80,7 @@ def decode_key(descriptors: list[dict[str, Any]], stored: Any) -> dict[str, Any]
             out[name] = [{"value": v, "ttl_ts": t} for v, t in raw]
         elif kind == "map":
             out[name] = [
-                {"key": json.loads(k), "value": v, "ttl_ts": t} for k, (v, t) in raw.items()
+                {"key": json.loads(k), "value": v, "ttl_ts": t} for k, (v, t) in sorted(raw.items())
             ]
         else:
             out[name] = {_SCALAR[kind]: raw[0], "ttl_ts": raw[1]}
@@ -139,7 +139,7 @@ def table_of(table: KeyedTable) -> pa.Table:
     schema = pa.schema([(name, pa.string()) for name in columns])
     meta: dict[bytes, bytes] = {}
     if named:
-        meta[DESCRIPTORS_META] = json.dumps(table.descriptors).encode()
+        meta[DESCRIPTORS_META] = json.dumps(table.descriptors, sort_keys=True).encode()
     if table.groups:
         groups = {str(kg): entries for kg, entries in sorted(table.groups.items())}
         meta[GROUPS_META] = json.dumps(groups, sort_keys=True).encode()

@@ -3,8 +3,9 @@
 A key group holds, next to the user keys, pseudo keys (``kinds.is_pseudo_key``: a process
 function's timers and late count, a source's watermarks) that are not JSON: they are never
 returned as keys. ``read_keyed_table`` gives all of it (``offline.KeyedTable``), the form of
-``state export``; ``read_keyed_state`` gives ``{key: state}``, a process function's state
-decoded per kind (``offline.decode_key``).
+``state export``; ``read_keyed_state`` gives ``{key: state}``: a process function's stored
+``{"s": {...}}`` object, or with ``decoded=True`` its states decoded per kind
+(``offline.decode_key``).
 """
 
 from __future__ import annotations
@@ -53,14 +54,17 @@ def read_keyed_state(
     uid: str,
     checkpoint: CheckpointId | None = None,
     ttl_s: float | None = None,
+    decoded: bool = False,
 ) -> dict[Any, Any]:
     """``{key: state}`` of operator ``uid`` at ``checkpoint`` (default: the latest completed).
 
     With ``ttl_s``, entries older than the TTL at that checkpoint's trigger time are left out
-    (a plain function's row TTL). A process function's state is ``{name: decoded}``
-    (``offline.decode_key``); its timers are in ``read_keyed_table``.
+    (a plain function's row TTL). A process function's state is its stored ``{"s": {...}}``,
+    or with ``decoded`` ``{name: decoded}`` (``offline.decode_key``); its timers are in
+    ``read_keyed_table``.
     """
-    return keyed_state_of(store, _metadata(store, pipeline, checkpoint), uid, ttl_s)
+    meta = _metadata(store, pipeline, checkpoint)
+    return keyed_state_of(store, meta, uid, ttl_s, decoded=decoded)
 
 
 def read_keyed_table(
@@ -112,12 +116,14 @@ def keyed_state_of(
     uid: str,
     ttl_s: float | None = None,
     prefix: str = "",
+    decoded: bool = False,
 ) -> dict[Any, Any]:
     """The state of ``uid`` held by the checkpoint or savepoint ``meta`` (``prefix`` for
-    relative handles); pseudo keys left out, a process function's state decoded."""
+    relative handles); pseudo keys left out, with ``decoded`` a process function's state
+    decoded."""
     out: dict[Any, Any] = {}
     floor = None if ttl_s is None else meta.trigger_time_ms - int(ttl_s * 1000)
-    descriptors = recorded_descriptors(meta).get(uid)
+    descriptors = recorded_descriptors(meta).get(uid) if decoded else None
     for _, ck, value, updated in _rows(store, meta, uid, prefix):
         if is_pseudo_key(ck) or (floor is not None and updated < floor):
             continue
