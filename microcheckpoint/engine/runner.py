@@ -55,6 +55,7 @@ from microcheckpoint.engine.sources import (
     KafkaSplitReader,
     kafka_schema,
 )
+from microcheckpoint.engine.stage_watermarks import marker_ends, stage_inputs, upstream_highs
 from microcheckpoint.engine.watermarks import WatermarkState, advance
 from microcheckpoint.errors import ConfigError
 from microcheckpoint.faults import Faults
@@ -281,10 +282,11 @@ def _idle(pipeline: Pipeline, plan: EpochPlan) -> bool:
 
 
 def _watermarks(
-    pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, df: Any | None
+    pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, df: Any | None, bootstrap: str = ""
 ) -> tuple[WatermarkState, WatermarkState] | None:
     """The watermark state before and after this epoch (None without event time): restored
-    from the source's state, advanced by the epoch's highest event time per partition."""
+    from the source's state, advanced by the epoch's highest event time per partition (a
+    stage input's by its upstream's watermark instead: engine/stage_watermarks.py)."""
     event_time = source_event_time(pipeline.source)
     if event_time is None:
         return None
@@ -292,7 +294,11 @@ def _watermarks(
     files = [str(tp) for tp in plan.barrier.ranges if tp.topic.startswith("files.")]
     highs = {} if df is None else epoch_maxima(df, event_time.column, files)
     partitions = [str(tp) for tp in plan.barrier.ranges]
-    after = advance(before, highs, partitions, event_time, plan.trigger_time_ms)
+    start, inputs = before, stage_inputs(pipeline.source)
+    if inputs:  # the upstream's watermark, from the markers that end the ranges
+        ends = marker_ends(bootstrap, inputs, plan.barrier.ranges)
+        start, highs = upstream_highs(before, highs, ends, event_time, plan.trigger_time_ms)
+    after = advance(start, highs, partitions, event_time, plan.trigger_time_ms)
     return before, after
 
 
@@ -329,7 +335,7 @@ def run_epoch(
         df = _source(spark, pipeline, plan, bootstrap, faults, options)
     if source_event_time(pipeline.source) is not None and df is not None:
         df = df.persist()  # read once: for the event times, then for the stages
-    marks = _watermarks(pipeline, plan, store, df)
+    marks = _watermarks(pipeline, plan, store, df, bootstrap)
     # Step 2: the stages.
     staged = []
     cached = []

@@ -19,6 +19,7 @@ import pyarrow as pa
 from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
+from microcheckpoint.engine.stage_watermarks import checkpoint_watermark
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
@@ -87,8 +88,17 @@ def stage_table(ctx: SinkContext, sink: Sink, part: int, table: pa.Table) -> pa.
     return pa.table({"part": pa.array([part], pa.int32()), "rows": pa.array([count], pa.int64())})
 
 
-def commit_sinks(store: ObjectStore, sinks: Iterable[Sink], meta: CheckpointMetadata) -> None:
-    """Publish what epoch ``meta`` staged, sink by sink (each commit is idempotent)."""
+def commit_sinks(
+    store: ObjectStore, sinks: Iterable[Sink], meta: CheckpointMetadata, source_uid: str = ""
+) -> None:
+    """Publish what epoch ``meta`` staged, sink by sink (each commit is idempotent); a
+    stage sink's markers carry the watermark of source ``source_uid`` in ``meta``."""
+    from microcheckpoint.sinks.stage import StageSink  # Kafka's client: not at import time
+
+    sinks = list(sinks)
+    timed = None
+    if source_uid and any(isinstance(s, StageSink) for s in sinks):
+        timed = checkpoint_watermark(store, meta, source_uid)  # engine/stage_watermarks.py
     for sink in sinks:
         tasks = sorted((t for t in meta.acks if t.uid.value == sink.uid), key=lambda t: t.subtask)
         if not tasks:
@@ -106,7 +116,11 @@ def commit_sinks(store: ObjectStore, sinks: Iterable[Sink], meta: CheckpointMeta
                 rows.extend(json.loads(line) for line in obj.data.splitlines() if line)
             parts.append(rows)
         if sink.commit_empty_epochs or any(meta.acks[t].handles for t in tasks):
-            sink.commit(EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value), parts)
+            info = EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value)
+            if isinstance(sink, StageSink) and timed is not None:
+                sink.commit(info, parts, event_time=timed[0], watermark=timed[1])
+            else:
+                sink.commit(info, parts)
 
 
 def sink_publisher(
@@ -125,6 +139,6 @@ def sink_publisher(
             for sink in pipeline.sinks:
                 sink.open()
             opened.append(True)
-        commit_sinks(store, pipeline.sinks, meta)
+        commit_sinks(store, pipeline.sinks, meta, pipeline.source.uid)
 
     return publish

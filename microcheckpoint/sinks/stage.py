@@ -14,6 +14,10 @@ tail dedup, docs/sinks.md) with two differences:
 
 In AT_LEAST_ONCE the rows are written while the epoch runs and no marker is written: the
 downstream stage, in AT_LEAST_ONCE too, does not align.
+
+When the stage's source has event time, each marker also carries the stage's watermark
+after the epoch (``mcp-watermark``; ``commit``'s ``watermark``, which notify reads from the
+checkpoint's source state), so the downstream stage's watermark is the upstream's.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from typing import Any
 
 from microcheckpoint.errors import ConfigError, KafkaSinkError
 from microcheckpoint.faults import channel_delay
-from microcheckpoint.protocol.markers import MARKER_HEADER
-from microcheckpoint.sinks.base import Row
+from microcheckpoint.protocol.markers import MARKER_HEADER, NO_WATERMARK, WATERMARK_HEADER
+from microcheckpoint.sinks.base import EpochInfo, Row
 from microcheckpoint.sinks.kafka import KafkaSink
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.keygroups import key_group_for, subtask_for_key_group
@@ -76,6 +80,23 @@ class StageSink(KafkaSink):
             request_timeout_ms=request_timeout_ms,
         )  # fmt: skip
         self.max_parallelism = max_parallelism
+        self._watermark: bytes | None = None  # the markers' mcp-watermark of this commit
+
+    def commit(
+        self,
+        epoch: EpochInfo,
+        parts: Sequence[Sequence[Row]],
+        *,
+        event_time: bool = False,
+        watermark: int | None = None,
+    ) -> None:
+        """The Kafka sink's commit; with ``event_time``, every marker of ``epoch`` also
+        carries ``watermark``, the stage's watermark after it (None: none yet, written as
+        ``none``). Without it (the stage has no event time) markers carry none.
+        """
+        mark = NO_WATERMARK if watermark is None else str(watermark).encode()
+        self._watermark = mark if event_time else None
+        super().commit(epoch, parts)
 
     def _target(self, row: Row, key: bytes | None, part: int, index: int) -> int:
         """The partition that owns the key group of the row's key."""
@@ -109,6 +130,8 @@ class StageSink(KafkaSink):
         if value == _MARKER_VALUE:
             epoch = dict(headers)["mcp-epoch"]
             headers = [*headers, (MARKER_HEADER, epoch)]
+            if self._watermark is not None:
+                headers.append((WATERMARK_HEADER, self._watermark))
             delay = channel_delay(self.topic, partition)  # a test's slow channel
             if delay:
                 producer.flush()
