@@ -143,10 +143,10 @@ def _expected(files: list[list[tuple[str, int]]]) -> list[list[tuple]]:
     return out
 
 
-def _watermark(store, name: str):
+def _watermark(store, name: str, source: str = "files"):
     view = scan(store, Layout(name))
     meta = view.metadata(view.latest_completed)
-    handles = [h for t, a in meta.acks.items() if t.uid.value == "files" for h in a.handles]
+    handles = [h for t, a in meta.acks.items() if t.uid.value == source for h in a.handles]
     return restored_watermarks(store, handles)
 
 
@@ -252,3 +252,64 @@ def test_late_rows_are_counted_per_key_group(spark, tmp_path) -> None:
         group = load_key_group(chain, kg, lambda h: read_rows(store, h))
         late += group.get(LATE_KEY, (0, 0))[0]
     assert late == len(files) - 2  # one late row in each file after the second
+
+
+class Echo(KeyedProcessFunction):
+    """An event-time timer at every row's time; each firing is one output row."""
+
+    def process(self, key, rows, ctx):
+        for row in rows:
+            ctx.timers.register_event_time(row["ts"])
+
+    def on_timer(self, key, timestamp, ctx):
+        return [{"k": key, "at": timestamp, "n": ctx.watermark, "rows": ""}]
+
+
+def test_an_idle_kafka_partition_stops_holding_the_watermark_back(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    import json
+
+    from kafka import KafkaProducer
+
+    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+    from microcheckpoint.engine import KafkaSource
+
+    topic = f"idle-{uuid.uuid4().hex[:8]}"
+    with KafkaOffsets(kafka_bootstrap) as kafka:
+        kafka.create_topic(topic, 2)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+
+    def send(partition: int, key: str, ts: int) -> None:
+        value = json.dumps({"k": key, "ts": ts}).encode()
+        producer.send(topic, value=value, partition=partition).get(timeout=30)
+
+    source = KafkaSource(
+        "events", [topic], value_format="json", schema={"k": "string", "ts": "long"},
+        event_time=EventTime("ts", 0, idle_timeout_s=100),
+    )  # fmt: skip
+    name = f"idle-{uuid.uuid4().hex[:6]}"
+    pipeline = Pipeline(name, source).then(KeyedProcess("echo", "k", Echo(), SCHEMA))
+    store = FileStore((tmp_path / "chk").as_uri())
+    config = CheckpointConfig.from_mapping({"pipeline": name, "storage": store.url})
+    outs, marks = [], []
+    for epoch, sends in enumerate(
+        [[(0, "a", 1_000), (1, "b", 500)], [(0, "a", 2_000)], [(0, "a", 3_000)], []]
+    ):
+        for partition, key, ts in sends:
+            send(partition, key, ts)
+        result = run_cycle(
+            spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2,
+            collect=True, clock=lambda e=epoch: T0 + 60 * e,
+        )  # fmt: skip
+        outs.append(_sorted(result.outputs))
+        marks.append(_watermark(store, name, "events").watermark)
+    producer.close()
+    # partition 1 last carried a record at t = 0 s; from t = 120 s on it is idle
+    assert marks == [499, 499, 2_999, 2_999]
+    assert outs == [  # a timer at t fires once the watermark is >= t
+        [],
+        [],
+        [("a", 1_000, 2_999, ""), ("a", 2_000, 2_999, ""), ("b", 500, 2_999, "")],
+        [],
+    ]
