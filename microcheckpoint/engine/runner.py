@@ -333,12 +333,13 @@ def run_epoch(
             for sink in pipeline.sinks:
                 sink.open()  # the executors publish as they go
         df = _source(spark, pipeline, plan, bootstrap, faults, options)
-    if source_event_time(pipeline.source) is not None and df is not None:
-        df = df.persist()  # read once: for the event times, then for the stages
-    marks = _watermarks(pipeline, plan, store, df, bootstrap)
-    # Step 2: the stages.
     staged = []
     cached = []
+    if source_event_time(pipeline.source) is not None and df is not None:
+        df = df.persist()  # read once: for the event times, then for the stages
+        cached.append(df)
+    marks = _watermarks(pipeline, plan, store, df, bootstrap)
+    # Step 2: the stages.
     stages = pipeline.stages if df is not None else []
     for i, stage in enumerate(stages):
         if isinstance(stage, Sink):
