@@ -26,6 +26,7 @@ kept window accepted included. Rows with a null event time are refused (``Config
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,13 @@ class WindowAggregator(Aggregator):
     output: str = "value long"
 
 
-def _skip_null(column: str, pick: Any) -> Aggregator:
+def _plus(a: Any, b: Any) -> Any:
+    return a + b
+
+
+def _fold(column: str, pick: Callable[[Any, Any], Any], output: str) -> WindowAggregator:
+    """``pick`` over the non-null values of ``column`` (None while there are none)."""
+
     def add(acc: Any, row: dict[str, Any]) -> Any:
         v = row.get(column)
         return acc if v is None else (v if acc is None else pick(acc, v))
@@ -64,7 +71,7 @@ def _skip_null(column: str, pick: Any) -> Aggregator:
     def merge(a: Any, b: Any) -> Any:
         return b if a is None else (a if b is None else pick(a, b))
 
-    return Aggregator(lambda: None, add, lambda acc: acc, merge)
+    return WindowAggregator(lambda: None, add, lambda acc: acc, merge, output)
 
 
 def count_rows(output: str = "count long") -> WindowAggregator:
@@ -72,26 +79,19 @@ def count_rows(output: str = "count long") -> WindowAggregator:
     return WindowAggregator(lambda: 0, lambda acc, row: acc + 1, lambda acc: acc, _plus, output)
 
 
-def _plus(a: Any, b: Any) -> Any:
-    return a + b
-
-
 def sum_of(column: str, output: str = "sum long") -> WindowAggregator:
     """The sum of ``column`` (nulls skipped; null when every value is null)."""
-    base = _skip_null(column, _plus)
-    return WindowAggregator(base.create, base.add, base.result, base.merge, output)
+    return _fold(column, _plus, output)
 
 
 def max_of(column: str, output: str = "max long") -> WindowAggregator:
     """The highest value of ``column`` (nulls skipped)."""
-    base = _skip_null(column, max)
-    return WindowAggregator(base.create, base.add, base.result, base.merge, output)
+    return _fold(column, max, output)
 
 
 def min_of(column: str, output: str = "min long") -> WindowAggregator:
     """The lowest value of ``column`` (nulls skipped)."""
-    base = _skip_null(column, min)
-    return WindowAggregator(base.create, base.add, base.result, base.merge, output)
+    return _fold(column, min, output)
 
 
 def _columns(uid: str, output: str) -> tuple[str, ...]:
@@ -303,13 +303,16 @@ def tumbling_window(
     aggregator: Aggregator,
     *,
     output: str | None = None,
+    allowed_lateness_ms: int = 0,
     late: str = "drop",
     **options: Any,
 ) -> KeyedOperator:
     """Windows ``[k * size, (k + 1) * size)`` per key; rows ``key, window_start, window_end,
-    <output>``. ``options``: ``allowed_lateness_ms`` (default 0), ``state_backend``."""
+    <output>`` (module docstring). ``options``: ``KeyedOperator``'s ``state_backend``."""
     _check_ms("size_ms", size_ms, 1)
-    return _window(uid, key, aggregator, output, late, size_ms=size_ms, slide_ms=size_ms, **options)
+    lateness = allowed_lateness_ms
+    fixed = {"size_ms": size_ms, "slide_ms": size_ms, "allowed_lateness_ms": lateness}
+    return _window(uid, key, aggregator, output, late, **fixed, **options)
 
 
 def sliding_window(
@@ -320,16 +323,18 @@ def sliding_window(
     aggregator: Aggregator,
     *,
     output: str | None = None,
+    allowed_lateness_ms: int = 0,
     late: str = "drop",
     **options: Any,
 ) -> KeyedOperator:
-    """Windows of ``size_ms`` starting every ``slide_ms``: a row is in ``ceil(size/slide)``
-    of them (fewer when ``size_ms`` is not a multiple). Options as ``tumbling_window``."""
+    """Windows of ``size_ms`` starting every ``slide_ms`` (at most ``size_ms``, so every
+    row has a window): a row is in about ``size / slide`` of them. Else as ``tumbling_window``."""
     _check_ms("size_ms", size_ms, 1)
-    _check_ms("slide_ms", slide_ms, 1)
-    return _window(
-        uid, key, aggregator, output, late, size_ms=size_ms, slide_ms=slide_ms, **options
-    )
+    if isinstance(slide_ms, bool) or not isinstance(slide_ms, int) or not 0 < slide_ms <= size_ms:
+        raise ConfigError("slide_ms", slide_ms, f"milliseconds in 1..size_ms ({size_ms})")
+    lateness = allowed_lateness_ms
+    fixed = {"size_ms": size_ms, "slide_ms": slide_ms, "allowed_lateness_ms": lateness}
+    return _window(uid, key, aggregator, output, late, **fixed, **options)
 
 
 def session_window(
@@ -339,14 +344,16 @@ def session_window(
     aggregator: Aggregator,
     *,
     output: str | None = None,
+    allowed_lateness_ms: int = 0,
     late: str = "drop",
     **options: Any,
 ) -> KeyedOperator:
     """Sessions per key that close after ``gap_ms`` without rows; ``aggregator`` needs a
-    ``merge``. Options as ``tumbling_window``."""
+    ``merge``. Else as ``tumbling_window``."""
     _check_ms("gap_ms", gap_ms, 1)
     if isinstance(aggregator, Aggregator) and aggregator.merge is None:
         raise ConfigError(
             f"aggregator of session window {uid!r}", "merge=None", "an Aggregator with a merge"
         )
-    return _window(uid, key, aggregator, output, late, gap_ms=gap_ms, **options)
+    session = {"gap_ms": gap_ms, "allowed_lateness_ms": allowed_lateness_ms}
+    return _window(uid, key, aggregator, output, late, **session, **options)

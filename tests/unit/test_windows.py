@@ -219,6 +219,8 @@ def test_several_output_columns_from_a_dict_or_a_list_of_rows() -> None:
     [
         (lambda: session_window("s", "k", 10, Aggregator(lambda: 0, lambda a, r: a + 1), output="n long"),
          "config field \"aggregator of session window 's'\" = 'merge=None' is invalid: an Aggregator with a merge"),
+        (lambda: sliding_window("s", "k", 10, 20, count_rows()),
+         "config field 'slide_ms' = 20 is invalid: milliseconds in 1..size_ms (10)"),
         (lambda: tumbling_window("t", "k", 0, count_rows()),
          "config field 'size_ms' = 0 is invalid: an integer number of milliseconds >= 1"),
         (lambda: tumbling_window("t", "k", 10, count_rows(output="window_end long")),
