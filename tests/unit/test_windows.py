@@ -4,6 +4,7 @@ across epochs, state and timers cleared, late rows as side output, bad configura
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -247,3 +248,11 @@ def test_rows_without_event_time_are_refused() -> None:
         "config field \"event time 'ts' of a row of window operator 't'\" = None is invalid: "
         "a non-null epoch-ms long or timestamp in every row"
     )
+
+
+def test_a_timestamp_event_column_is_read_as_epoch_milliseconds() -> None:
+    mem = Memory(tumbling_window("t", "k", 1_000, count_rows()))
+    at = dt.datetime(2026, 1, 1, 0, 0, 1, 500_000, tzinfo=dt.UTC)  # 1 767 225 601 500 ms
+    assert _out(mem.epoch([{"k": "a", "ts": at}], None, 1_767_225_601_999)) == [
+        ("a", 1_767_225_601_000, 1_767_225_602_000, 1)
+    ]
