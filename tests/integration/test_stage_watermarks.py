@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
@@ -26,6 +27,7 @@ from microcheckpoint.engine import (
     KeyedProcessFunction,
     Pipeline,
     StageSource,
+    UnionSource,
     value_state,
 )
 from microcheckpoint.engine.cycle import run_cycle
@@ -43,6 +45,7 @@ from microcheckpoint.storage import FileStore
 pytestmark = pytest.mark.integration
 
 BOUND = 5  # ms of out-of-orderness: a watermark is the highest event time - 6
+EVENT_TIME = EventTime("ts", max_out_of_orderness_ms=BOUND)
 SCHEMA = {"k": "string", "ts": "long"}
 OUTPUT = "k string, at long, count long, wm long"
 # Keys by the internal topic's partition that holds them: a, b in 0; c, e in 1.
@@ -134,6 +137,56 @@ def _own_rule() -> list[int | None]:
     return out
 
 
+def _stage_one(bootstrap: str, tag: str) -> tuple[Pipeline, str, str]:
+    """Stage 1: stateless, with event time, from a fresh two-partition topic to an internal
+    topic. Returns it, the input topic and the internal topic."""
+    topic, internal = f"wm-in-{tag}", f"wm-mid-{tag}"
+    with KafkaOffsets(bootstrap) as kafka:
+        kafka.create_topic(topic, 2)
+    sink = StageSink("to-s2", bootstrap, internal, key="k", partitions=2)
+    sink.open()
+    first = (
+        Pipeline(f"wm1{tag}", KafkaSource("in", [topic], "json", SCHEMA, event_time=EVENT_TIME))
+        .then(lambda df: df.select("k", "ts"))
+        .then(sink)
+    )
+    return first, topic, internal
+
+
+def _from_stage_one(first: Pipeline, internal: str) -> StageSource:
+    return StageSource(
+        "from-s1",
+        [internal],
+        "json",
+        SCHEMA,
+        event_time=EVENT_TIME,
+        upstream=first.name,
+        upstream_uid="to-s2",
+    )
+
+
+def _cycler(spark, bootstrap: str, tmp_path: Path):
+    """``cycle(pipeline, epoch)``: one local cycle, checkpoints kept, a clock per epoch."""
+    stores: dict[str, FileStore] = {}
+
+    def cycle(pipeline: Pipeline, epoch: int):
+        store = stores.setdefault(pipeline.name, FileStore((tmp_path / pipeline.name).as_uri()))
+        values = {"pipeline": pipeline.name, "storage": store.url, "retained": len(EPOCHS)}
+        config = CheckpointConfig.from_mapping(values)
+        return run_cycle(
+            spark,
+            pipeline,
+            config,
+            store,
+            bootstrap=bootstrap,
+            parallelism=2,
+            collect=True,
+            clock=lambda: 1_700_000_000.0 + epoch,
+        )
+
+    return cycle, stores
+
+
 def test_stage_two_watermark_is_stage_one_s_and_timers_fire_as_in_one_stage(
     spark, kafka_bootstrap, tmp_path
 ) -> None:
@@ -143,49 +196,13 @@ def test_stage_two_watermark_is_stage_one_s_and_timers_fire_as_in_one_stage(
     }
     assert owner == {A: 0, C: 0, B: 1, D: 1}
     tag = uuid.uuid4().hex[:6]
-    topic, internal = f"wm-in-{tag}", f"wm-mid-{tag}"
-    with KafkaOffsets(kafka_bootstrap) as kafka:
-        kafka.create_topic(topic, 2)
-    s1, s2, single = f"wm1{tag}", f"wm2{tag}", f"wm0{tag}"
-    event_time = EventTime("ts", max_out_of_orderness_ms=BOUND)
-    sink = StageSink("to-s2", kafka_bootstrap, internal, key="k", partitions=2)
-    sink.open()
-    first = (
-        Pipeline(s1, KafkaSource("in", [topic], "json", SCHEMA, event_time=event_time))
-        .then(lambda df: df.select("k", "ts"))
-        .then(sink)
-    )
-    second = Pipeline(
-        s2,
-        StageSource(
-            "from-s1",
-            [internal],
-            "json",
-            SCHEMA,
-            event_time=event_time,
-            upstream=s1,
-            upstream_uid="to-s2",
-        ),
-    ).then(_process())
+    first, topic, internal = _stage_one(kafka_bootstrap, tag)
+    s1, s2, single = first.name, f"wm2{tag}", f"wm0{tag}"
+    second = Pipeline(s2, _from_stage_one(first, internal)).then(_process())
     alone = Pipeline(
-        single, KafkaSource("in", [topic], "json", SCHEMA, event_time=event_time)
+        single, KafkaSource("in", [topic], "json", SCHEMA, event_time=EVENT_TIME)
     ).then(_process())
-    stores = {n: FileStore((tmp_path / n).as_uri()) for n in (s1, s2, single)}
-
-    def cycle(pipeline: Pipeline, epoch: int):
-        store = stores[pipeline.name]
-        values = {"pipeline": pipeline.name, "storage": store.url, "retained": len(EPOCHS)}
-        config = CheckpointConfig.from_mapping(values)
-        return run_cycle(
-            spark,
-            pipeline,
-            config,
-            store,
-            bootstrap=kafka_bootstrap,
-            parallelism=2,
-            collect=True,
-            clock=lambda: 1_700_000_000.0 + epoch,
-        )
+    cycle, stores = _cycler(spark, kafka_bootstrap, tmp_path)
 
     fired2, fired1 = [], []
     for epoch, rows in enumerate(EPOCHS, 1):
@@ -213,3 +230,35 @@ def test_stage_two_watermark_is_stage_one_s_and_timers_fire_as_in_one_stage(
     # Timers fire in stage 2 at the same epochs, with the same state, as in one stage.
     assert fired1 == FIRED
     assert fired2 == FIRED
+
+
+def test_a_union_s_watermark_is_the_minimum_of_its_upstream_s_and_its_kafka_input_s(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    # A fan-in stage: stage 1's internal topic (its watermark on the markers) and a plain
+    # Kafka topic (the source rule: its highest event time - 6).
+    tag = uuid.uuid4().hex[:6]
+    first, topic, internal = _stage_one(kafka_bootstrap, tag)
+    other = f"wm-other-{tag}"
+    with KafkaOffsets(kafka_bootstrap) as kafka:
+        kafka.create_topic(other, 1)
+    fan_in = Pipeline(
+        f"wm3{tag}",
+        UnionSource(
+            "both",
+            [
+                _from_stage_one(first, internal),
+                KafkaSource("other", [other], "json", SCHEMA, event_time=EVENT_TIME),
+            ],
+        ),
+    ).then(lambda df: df.select("input", "k", "ts"))
+    cycle, stores = _cycler(spark, kafka_bootstrap, tmp_path)
+    others = [[("x", 50)], [], [("x", 400)], [], [("x", 250)]]  # the other topic: 44, 394
+    for epoch, (rows, more) in enumerate(zip(EPOCHS, others, strict=True), 1):
+        _produce(kafka_bootstrap, topic, rows)
+        _produce(kafka_bootstrap, other, {0: more})
+        assert cycle(first, epoch).checkpoint_id.value == epoch
+        assert cycle(fan_in, epoch).records == len(rows[0]) + len(rows[1]) + len(more) + 2
+    # Stage 1: None, 114, 114, 164, 294; the other topic: 44, 44, 394, 394, 394.
+    assert _watermarks(stores[first.name], first.name, "in") == WATERMARKS
+    assert _watermarks(stores[fan_in.name], fan_in.name, "both") == [None, 44, 114, 164, 294]
