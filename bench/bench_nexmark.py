@@ -54,7 +54,16 @@ from examples.nexmark_data import (
     write_parquet,
 )
 
-__all__ = ["QUERIES", "StructuredStreaming", "check", "main", "run", "run_ours", "run_spark"]
+__all__ = [
+    "QUERIES",
+    "StructuredStreaming",
+    "check",
+    "main",
+    "run",
+    "run_ours",
+    "run_spark",
+    "truth_of",
+]
 
 QUERIES = ("q5", "q7")
 MAX_DELAY_MS = 2_000
@@ -159,17 +168,25 @@ def _row_key(row: dict[str, Any]) -> tuple:
     )
 
 
-def check(query: str, got: list[dict[str, Any]], bids: list[dict[str, Any]]) -> dict[str, Any]:
-    """SS's rows against the ground truth's rows of the windows the final watermark closed.
+def truth_of(query: str, bids: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ground truth's rows of ``query`` (every window, closed or not)."""
+    if query == "q5":
+        return sorted(q5_hot_items(bids, SIZE_MS, SLIDE_MS), key=_row_key)
+    return sorted(q7_highest_bid(bids, SIZE_MS), key=_row_key)
+
+
+def check(
+    query: str, got: list[dict[str, Any]], truth: list[dict[str, Any]], watermark: int
+) -> dict[str, Any]:
+    """SS's rows against the ground truth's rows of the windows ``watermark`` closed.
+
+    Append mode emits a window once the watermark reaches its end (``window_end <=
+    watermark``, the boundary included: tried with a window ending at the watermark).
 
     Raises:
         SystemExit: the rows differ (the first few differences named).
     """
-    watermark = max(b["date_time"] for b in bids) - MAX_DELAY_MS
-    truth = (
-        q5_hot_items(bids, SIZE_MS, SLIDE_MS) if query == "q5" else q7_highest_bid(bids, SIZE_MS)
-    )
-    expected = sorted((r for r in truth if r["window_end"] <= watermark), key=_row_key)
+    expected = [r for r in truth if r["window_end"] <= watermark]
     if got != expected:
         missing = [r for r in expected if r not in got][:3]
         extra = [r for r in got if r not in expected][:3]
@@ -201,40 +218,43 @@ def run(bids: int, rounds: int, spark_only: bool, modes: tuple[str, ...] = MODES
     alternating which system goes first; medians, ratios and SS's exactness check.
 
     Steps:
-        1. generate the events and write the Parquet files;
+        1. generate the events, write the Parquet files, compute the ground truths;
         2. per query and mode, warm up, then alternate the systems ``rounds`` times;
-        3. check SS's last output against the ground truth.
+        3. check SS's output of every run (warm-up included) against the ground truth.
     """
     files_dir = Path(tempfile.mkdtemp(prefix="bench-nexmark-input-"))
+    load = [round(x, 2) for x in os.getloadavg()]
     spark = session()
     try:
         # Step 1
         events = generate(NexmarkConfig(bids=bids, max_delay_ms=MAX_DELAY_MS))
         write_parquet(events, files_dir, files=FILES)
-        results: dict[str, Any] = {"bids": bids, "files": FILES, "max_delay_ms": MAX_DELAY_MS}
+        watermark = max(b["date_time"] for b in events.bids) - MAX_DELAY_MS
+        results: dict[str, Any] = {
+            "bids": bids,
+            "files": FILES,
+            "max_delay_ms": MAX_DELAY_MS,
+            "load_average_at_start": load,
+        }
         for query in QUERIES:
+            truth = truth_of(query, events.bids)
             for mode in modes:
                 # Step 2
                 seconds: dict[str, list[float]] = {"spark_ss": []}
                 if not spark_only:
                     seconds["ours"] = []
-                got: list[dict] = []
                 for round_no in range(rounds + 1):
-                    order = sorted(seconds, reverse=bool(round_no % 2))
-                    for system in order:
+                    for system in sorted(seconds, reverse=bool(round_no % 2)):
                         if system == "spark_ss":
                             took, got = run_spark(spark, query, files_dir, mode)
+                            # Step 3
+                            checked = check(query, got, truth, watermark)
                         else:
                             took = run_ours(query, files_dir)
                         if round_no:
                             seconds[system].append(round(took, 3))
-                # Step 3
                 median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
-                entry = {
-                    "seconds": seconds,
-                    "median": median,
-                    "check": check(query, got, events.bids),
-                }
+                entry = {"seconds": seconds, "median": median, "check": checked}
                 if "ours" in median:
                     entry["ratio"] = round(median["ours"] / median["spark_ss"], 3)
                 results[f"{query}_{mode}"] = entry
