@@ -10,8 +10,10 @@ Every query takes an optional watermark per event (``watermarks[i]`` is the wate
 allowed lateness ``L``. Without watermarks the answer is the complete one (no event late).
 With them, an event is dropped from window ``[s, e)`` when Flink's ``isWindowLate`` holds:
 ``e - 1 + L <= watermark`` (the window's last millisecond plus the lateness is behind the
-watermark; its state is gone). With a bounded out-of-orderness below the watermark bound no
-event is dropped, and the answer equals the complete one.
+watermark; its state is gone). The watermarks are the caller's: ``watermarks_at_arrival``
+uses the engine's ``max seen - bound`` (Flink's generator subtracts one more millisecond).
+With a bounded out-of-orderness below the watermark bound no event is dropped, and the
+answer equals the complete one.
 
 Rows are returned sorted, so two answers compare with ``==``.
 """
@@ -19,7 +21,7 @@ Rows are returned sorted, so two answers compare with ``==``.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 __all__ = [
@@ -54,7 +56,11 @@ def sliding_starts(ts: int, size_ms: int, slide_ms: int) -> list[int]:
 
 
 def _accepted(
-    events: Sequence[dict[str, Any]], marks: Marks, lateness: int, starts, size: int
+    events: Sequence[dict[str, Any]],
+    marks: Marks,
+    lateness: int,
+    starts: Callable[[int], list[int]],
+    size: int,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(window_start, event)`` for each window an event lands in and is not late for."""
     if marks is not None and len(marks) != len(events):
