@@ -50,18 +50,22 @@ class RestoreRequest:
     dropped_states: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
-        """What a person sees before it happens (a task's XCom, ``--json``)."""
+        """What a person sees before it happens (a task's XCom, ``--json``);
+        ``dropped_states`` only when a state is left unread."""
         meta = self.point.metadata
-        return {
-            "location": self.point.location,
-            "checkpoint": meta.checkpoint_id.value,
-            "kind": meta.kind,
-            "claim_mode": self.claim_mode.value,
-            "parallelism": self.parallelism,
-            "dropped_state": list(self.dropped),
-            "dropped_states": list(self.dropped_states),
-            "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
-        } | ({"note": self.point.note} if self.point.note else {})
+        return (
+            {
+                "location": self.point.location,
+                "checkpoint": meta.checkpoint_id.value,
+                "kind": meta.kind,
+                "claim_mode": self.claim_mode.value,
+                "parallelism": self.parallelism,
+                "dropped_state": list(self.dropped),
+                "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},
+            }
+            | ({"note": self.point.note} if self.point.note else {})
+            | ({"dropped_states": list(self.dropped_states)} if self.dropped_states else {})
+        )
 
 
 def _claim(value: ClaimMode | str | bool) -> ClaimMode:
