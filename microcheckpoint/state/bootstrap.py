@@ -221,8 +221,8 @@ def bootstrap_savepoint(
     by_group: dict[int, dict[str, Any]] = {}
     for ck, entries in sorted((timers or {}).items()):
         by_group.setdefault(key_group_for(ck.encode(), max_parallelism), {})[ck] = entries
-    for kg, entries in by_group.items():
-        place(kg, TIMERS_KEY, entries)
+    for kg, group_timers in by_group.items():
+        place(kg, TIMERS_KEY, group_timers)
     for kg, pseudo in (groups or {}).items():
         for key, value in pseudo.items():
             place(kg, key, value)
