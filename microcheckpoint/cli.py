@@ -8,7 +8,7 @@
     microcheckpoint ... savepoint --dispose URL
     microcheckpoint ... cancel [--cleanup DELETE_ON_CANCELLATION]
     microcheckpoint ... restore POINT [--claim] [--parallelism N] [--allow-non-restored-state]
-    microcheckpoint ... verify POINT [--bootstrap host:port]
+    microcheckpoint ... verify POINT [--bootstrap host:port] [--module M:A]
     microcheckpoint ... state export --uid word-counts [--checkpoint 7] --to counts.parquet
     microcheckpoint ... state import --uid word-counts --from counts.parquet [--offsets startup]
     microcheckpoint ... run --module examples.wordcount:pipeline
