@@ -16,7 +16,7 @@ from microcheckpoint.engine import (
     Pipeline,
     running_sum,
 )
-from microcheckpoint.errors import IncompatibleCheckpoint
+from microcheckpoint.errors import ConfigError, IncompatibleCheckpoint
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records import Ack, CheckpointMetadata
@@ -51,7 +51,7 @@ from microcheckpoint.state.offline import (
 )
 from microcheckpoint.state.reader import keyed_table_of
 from microcheckpoint.state.verify import state_rows
-from tests.unit.conftest import PIPELINE, Harness
+from tests.unit.conftest import PIPELINE, TP0, TP1, Harness
 
 AVG = Aggregator(lambda: [0, 0], lambda a, v: [a[0] + v, a[1] + 1], lambda a: a[0] / a[1])
 STATES = (
@@ -230,3 +230,15 @@ def test_a_plain_functions_table_keeps_its_format(tmp_path: Path) -> None:
         [{"key": '"to"', "state": "3"}],
     )
     assert not table.schema.metadata
+
+
+def test_named_states_go_only_into_a_process_function_and_write_nothing(h: Harness) -> None:
+    h.epoch(h.coordinator(), {TP0: 4, TP1: 6})  # "agg" holds a plain function's values
+    before = h.contents()
+    with pytest.raises(ConfigError) as caught:
+        bootstrap_savepoint(h.store, PIPELINE, "agg", {}, descriptors=V1)
+    assert str(caught.value) == (
+        "config field 'from' = 'a table of named states' is invalid: a table of values, as "
+        "`state export` writes for 'agg' (a plain KeyedOperator(fn) in checkpoint 1)"
+    )
+    assert h.contents() == before
