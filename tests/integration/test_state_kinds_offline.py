@@ -20,7 +20,7 @@ from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.keygroups import key_group_for
 from microcheckpoint.state.kinds import LATE_KEY
 from microcheckpoint.state.offline import table_of
-from microcheckpoint.state.reader import keyed_table_of
+from microcheckpoint.state.reader import keyed_table_of, state_dataframe
 from microcheckpoint.storage import FileStore
 from tests.integration import evolution_pipeline as evo
 from tests.integration.cli_support import REPO, cli
@@ -102,6 +102,8 @@ def test_every_kind_and_the_timers_export_import_and_fire_the_same(spark, tmp_pa
     ]
     late_kg = str(key_group_for(canonical_key("c").encode(), 128))
     assert json.loads(meta[b"microcheckpoint.key_groups"]) == {late_kg: {LATE_KEY: 1}}
+    frame = state_dataframe(spark, store, NAME, "tally").orderBy("key").collect()
+    assert [r.asDict() for r in frame] == pq.read_table(path).to_pylist()
     # The source's watermarks are a pseudo key too: no key rows, one key-group entry.
     source = tmp_path / "files.parquet"
     assert cli(env, "state", "export", "--uid", "files", "--to", str(source)).stdout == (
