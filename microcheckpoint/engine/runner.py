@@ -38,7 +38,8 @@ from microcheckpoint.engine.api import (
     UnionSource,
     source_event_time,
 )
-from microcheckpoint.engine.event_time import epoch_maxima, restored_watermarks, store_watermarks
+from microcheckpoint.engine.epoch_time import epoch_watermarks, operator_event_options
+from microcheckpoint.engine.event_time import store_watermarks
 from microcheckpoint.engine.filescan import file_frame
 from microcheckpoint.engine.keyed import (
     AGGREGATE,
@@ -55,9 +56,6 @@ from microcheckpoint.engine.sources import (
     KafkaSplitReader,
     kafka_schema,
 )
-from microcheckpoint.engine.stage_watermarks import marker_ends, stage_inputs, upstream_highs
-from microcheckpoint.engine.watermarks import WatermarkState, advance
-from microcheckpoint.errors import ConfigError
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
@@ -205,32 +203,6 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
     return grouped.groupBy(SUBTASK).applyInArrow(run, op.output_schema)
 
 
-def _event_options(
-    pipeline: Pipeline,
-    op: KeyedOperator,
-    marks: tuple[WatermarkState, WatermarkState] | None,
-    df: Any,
-) -> dict[str, Any]:
-    """A process function's event-time settings for its ``OperatorContext``."""
-    if op.process_function is None:
-        return {}
-    options: dict[str, Any] = {"late": op.late}
-    event_time = source_event_time(pipeline.source)
-    if marks is not None and event_time is not None:
-        if event_time.column not in df.columns:
-            raise ConfigError(
-                f"event_time column of operator {op.uid!r}",
-                event_time.column,
-                "a column of the operator's input rows (keep it through the stages before)",
-            )
-        options.update(
-            event_column=event_time.column,
-            watermark_before=marks[0].watermark,
-            watermark_after=marks[1].watermark,
-        )
-    return options
-
-
 def _sink_stage(spark: Any, df: Any, sink: Sink, ctx: SinkContext, parallelism: int) -> Any:
     """The DataFrame that pre-commits ``df`` into ``sink`` as ``parallelism`` parts."""
     from pyspark.sql import functions as F
@@ -281,27 +253,6 @@ def _idle(pipeline: Pipeline, plan: EpochPlan) -> bool:
     )
 
 
-def _watermarks(
-    pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, df: Any | None, bootstrap: str = ""
-) -> tuple[WatermarkState, WatermarkState] | None:
-    """The watermark state before and after this epoch (None without event time): restored
-    from the source's state, advanced by the epoch's highest event time per partition (a
-    stage input's by its upstream's watermark instead: engine/stage_watermarks.py)."""
-    event_time = source_event_time(pipeline.source)
-    if event_time is None:
-        return None
-    before = restored_watermarks(store, plan.restore.get(pipeline.source.uid, ()))
-    files = [str(tp) for tp in plan.barrier.ranges if tp.topic.startswith("files.")]
-    highs = {} if df is None else epoch_maxima(df, event_time.column, files)
-    partitions = [str(tp) for tp in plan.barrier.ranges]
-    start, inputs = before, stage_inputs(pipeline.source)
-    if inputs:  # the upstream's watermark, from the markers that end the ranges
-        ends = marker_ends(bootstrap, inputs, plan.barrier.ranges)
-        start, highs = upstream_highs(before, highs, ends, event_time, plan.trigger_time_ms)
-    after = advance(start, highs, partitions, event_time, plan.trigger_time_ms)
-    return before, after
-
-
 def run_epoch(
     spark: Any,
     pipeline: Pipeline,
@@ -338,7 +289,7 @@ def run_epoch(
     if source_event_time(pipeline.source) is not None and df is not None:
         df = df.persist()  # read once: for the event times, then for the stages
         cached.append(df)
-    marks = _watermarks(pipeline, plan, store, df, bootstrap)
+    marks = epoch_watermarks(pipeline, plan, store, df, bootstrap)
     # Step 2: the stages.
     stages = pipeline.stages if df is not None else []
     for i, stage in enumerate(stages):
@@ -374,7 +325,7 @@ def run_epoch(
                 faults=faults,
                 aggregate=None if stage.aggregate is None else stage.aggregate.kind,
                 output_column="total" if stage.aggregate is None else stage.aggregate.output,
-                **_event_options(pipeline, stage, marks, df),
+                **operator_event_options(pipeline, stage, marks, df),
             )
             df = _keyed(spark, df, stage, op_ctx)
             if i < len(stages) - 1:
