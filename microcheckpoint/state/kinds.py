@@ -218,6 +218,9 @@ class ValueState(_Handle):
 
 
 class ListState(_Handle):
+    """Elements are appended in place; expired ones are skipped on reading and left out
+    when the key is stored (``KeyState.stored``), so adding n elements costs O(n)."""
+
     def _pairs(self) -> list[list]:
         return [p for p in (self._raw or []) if self._e.live(p)]
 
@@ -225,16 +228,21 @@ class ListState(_Handle):
         return [self._desc.complete(p[0]) for p in self._pairs()]
 
     def add(self, value: Any) -> None:
-        self._set([*self._pairs(), self._e.write(None, value)])
+        self.add_all([value])
 
     def add_all(self, values: Iterable[Any]) -> None:
-        self._set([*self._pairs(), *(self._e.write(None, v) for v in values)] or None)
+        pairs = self._raw if self._raw is not None else []
+        pairs.extend(self._e.write(None, v) for v in values)
+        self._set(pairs or None)
 
     def update(self, values: Iterable[Any]) -> None:
         self._set([self._e.write(None, v) for v in values] or None)
 
 
 class MapState(_Handle):
+    """Entries change in place; expired ones read as absent and are left out when the key
+    is stored (``KeyState.stored``), so a put or remove costs O(1)."""
+
     def _live(self) -> dict[str, list]:
         return {k: p for k, p in (self._raw or {}).items() if self._e.live(p)}
 
@@ -246,15 +254,15 @@ class MapState(_Handle):
         return self._e.live((self._raw or {}).get(canonical_key(key)))
 
     def put(self, key: Any, value: Any) -> None:
-        entries = self._live()
+        entries = self._raw if self._raw is not None else {}
         ck = canonical_key(key)
         entries[ck] = self._e.write(entries.get(ck), value)
         self._set(entries)
 
     def remove(self, key: Any) -> None:
-        entries = self._live()
-        entries.pop(canonical_key(key), None)
-        self._set(entries or None)
+        entries = self._raw
+        if entries is not None and entries.pop(canonical_key(key), None) is not None:
+            self._set(entries or None)
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         for k, p in sorted(self._live().items()):
