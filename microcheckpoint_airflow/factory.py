@@ -368,7 +368,10 @@ def _restore_dag(spec: PipelineSpec, common: dict) -> DAG:
                 False,
                 type="boolean",
                 title="Allow non-restored state",
-                description="Drop state of operators the pipeline no longer has",
+                description=(
+                    "Restore a point holding state the pipeline no longer declares (whole "
+                    "operators, or named states of a process function): it is left unread"
+                ),
             ),
             "parallelism": Param(
                 spec.parallelism,

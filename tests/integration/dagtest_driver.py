@@ -2,7 +2,8 @@
 
 Usage: python dagtest_driver.py '{"dag_file": ..., "runs": [{"dag_id": ..., "conf": {...},
 "logical_date": "2026-01-01T00:00:00+00:00", "touch": {"path": "text"}}]}'. Runs the runs in
-order (``touch`` writes files first, e.g. a fault-injection flag). Prints one line
+order (``touch`` writes files first, e.g. a fault-injection flag), each on a fresh load of
+the DAG file. Prints one line
 ``RESULT <json>`` with, per run, the run state, its seconds, every task's state and the XCom
 values.
 """
@@ -20,19 +21,26 @@ def _text(state: object) -> str:
     return str(getattr(state, "value", state))
 
 
-def main() -> None:
-    request = json.loads(sys.argv[1])
-    spec = importlib.util.spec_from_file_location("dag_under_test", request["dag_file"])
+def _load(path: str, index: int) -> object:
+    """A fresh copy of the DAG file's module: ``dag.test()`` renders a run's conf into the
+    DAG's own task objects, so a second run of the same DAG object would reuse the first
+    run's rendered values."""
+    spec = importlib.util.spec_from_file_location(f"dag_under_test_{index}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    request = json.loads(sys.argv[1])
 
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     results = []
-    for run in request["runs"]:
-        dag = getattr(module, run["dag_id"])
+    for index, run in enumerate(request["runs"]):
+        dag = getattr(_load(request["dag_file"], index), run["dag_id"])
         for path, text in (run.get("touch") or {}).items():
             with open(path, "w") as handle:
                 handle.write(text)
