@@ -7,8 +7,8 @@ to an exactly-once ``FileSink`` (uid ``out``), read back whole with :func:`read_
 - q5, hot items: ``sliding_window`` of 10 s every 2 s counts the bids per auction; a
   ``WindowTop`` keyed by ``window_start`` keeps, per window, the auctions with the top count.
   Rows ``window_start, window_end, auction, num``.
-- q7, highest bid: ``tumbling_window`` of 10 s keeps per auction its top-priced bids
-  (``top_bids``); a ``WindowTop`` per window keeps the bids with the window's top price.
+- q7, highest bid: ``tumbling_window`` of 10 s keyed by the window keeps its top-priced
+  bids (``top_bids``); in two stages, per auction first, then a ``WindowTop`` per window.
   Rows ``window_start, window_end, auction, bidder, price``.
 - q8, new users: a ``UnionSource`` of persons and auctions keyed by person id (= seller),
   ``NewUsers`` (a two-input process function with event-time timers) emits each person who
@@ -154,18 +154,18 @@ def window_time(df: Any) -> Any:
     return firings.withColumn("date_time", F.col("window_end") - 1)
 
 
-def top_bids() -> Aggregator:
-    """Per window of an auction, its bids with the top price (``[[bidder, price], ...]``;
-    ties: every bid, the same bid twice gives two)."""
+def top_bids(fields: tuple[str, ...] = ("bidder",)) -> Aggregator:
+    """The bids with the top price (``[[price, *fields], ...]``; ties: every bid, the same
+    bid twice gives two); the result is ``[{"price", *fields}, ...]``."""
 
     def add(acc: list, row: dict) -> list:
-        bid = [row["bidder"], row["price"]]
-        if not acc or bid[1] > acc[0][1]:
+        bid = [row["price"], *(row[f] for f in fields)]
+        if not acc or bid[0] > acc[0][0]:
             return [bid]
-        return [*acc, bid] if bid[1] == acc[0][1] else acc
+        return [*acc, bid] if bid[0] == acc[0][0] else acc
 
     def result(acc: list) -> list[dict]:
-        return [{"bidder": b, "price": p} for b, p in acc]
+        return [{"price": b[0], **dict(zip(fields, b[1:], strict=True))} for b in acc]
 
     return Aggregator(list, add, result)
 
@@ -225,6 +225,17 @@ def q5(
     )
 
 
+def _tumble(df: Any) -> Any:
+    """The bid's 10 s tumbling window start, ``window``: q7's key."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("window", F.col("date_time") - F.col("date_time") % SIZE_MS)
+
+
+def _q7_rows(df: Any) -> Any:
+    return df.select("window_start", "window_end", "auction", "bidder", "price")
+
+
 def q7(
     bids_url: str,
     sink: str,
@@ -234,12 +245,22 @@ def q7(
     allowed_lateness_ms: int = 0,
     files_per_epoch: int = 1,
 ) -> Pipeline:
-    """q7 in one stage (arguments as ``q5``)."""
+    """q7 in one stage (arguments as ``q5``): one ``tumbling_window`` keyed by the window
+    itself keeps its top-priced bids (as Spark's ``groupBy(window)``; the two stages split
+    it by auction first: ``q7_auction_top``, ``q7_top``)."""
+    top = tumbling_window(
+        "q7-top",
+        "window",
+        SIZE_MS,
+        top_bids(("auction", "bidder")),
+        output="price long, auction long, bidder long",
+        allowed_lateness_ms=allowed_lateness_ms,
+    )
     return (
         Pipeline(name, bids_source(bids_url, bound_ms, files_per_epoch))
-        .then(q7_auction_top(allowed_lateness_ms))
-        .then(window_time)
-        .then(q7_top(allowed_lateness_ms))
+        .then(_tumble)
+        .then(top)
+        .then(_q7_rows)
         .then(FileSink(SINK, sink))
     )
 

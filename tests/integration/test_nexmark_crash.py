@@ -42,7 +42,7 @@ FILES = 3
 MODULE = "tests.integration.nexmark_crash_pipeline"
 # query -> (window operator holding the timers, the jobs' pipelines, a window's columns)
 QUERIES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "q7": ("q7-auction-top", ("q7",), ("window_start",)),
+    "q7": ("q7-top", ("q7",), ("window_start",)),
     "q11": ("q11-sessions", ("q11",), ("bidder", "window_start", "window_end")),
     "q5": ("q5-counts", ("q5_a", "q5_b"), ("window_start",)),
 }
