@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 Window = tuple[int, int]
+_ABSENT = object()  # a map state's get default: no such window
 FIXED = ("key", "window_start", "window_end")
 
 
@@ -153,6 +154,18 @@ class WindowFunction(KeyedProcessFunction):
     def on_timer(self, key: Any, timestamp: int, ctx: ProcessContext) -> list[dict]:
         """Fire the window ending at ``timestamp + 1``; drop those past their lateness."""
         state, out = ctx.state("windows"), []
+        if self.gap is None:
+            # fixed windows: the timer names its two windows (no scan of the key's windows;
+            # a window's clean-up timer is armed with it, so none is left behind)
+            end = timestamp + 1
+            fired = [end - self.size, end]  # type: ignore[operator]
+            acc = state.get(fired, _ABSENT)
+            if acc is not _ABSENT:
+                out += self._rows(key, fired[0], end, acc)
+            gone = [fired[0] - self.lateness, end - self.lateness]
+            if acc is not _ABSENT if self.lateness == 0 else state.contains(gone):
+                state.remove(gone)
+            return out
         for (start, end), acc in sorted((tuple(w), a) for w, a in state.items()):
             if end - 1 == timestamp:
                 out += self._rows(key, start, end, acc)
