@@ -14,6 +14,7 @@ one. The output is read back from the exactly-once ``FileSink``.
   Each window's last firing equals the ground truth given the watermark each event met
   (the engine's: highest event time of the earlier epochs - bound - 1), which differs from
   the complete one.
+- q8 over two topics, its watermark the minimum over both, with and without late events.
 - q5 and q7 in two stages over an internal topic give the single stage's rows; stage 2's
   watermark comes from stage 1's barrier markers (``engine.stage_watermarks``).
 """
@@ -162,8 +163,20 @@ def _produce(bootstrap: str, topic: str, rows: list[dict], key: str) -> None:
         producer.close()
 
 
-def test_q8_new_users_over_two_topics_equal_the_truth(kafka_bootstrap, spark, tmp_path) -> None:
-    events = generate(NexmarkConfig(bids=BIDS, gap_ms=50, max_delay_ms=2_000, seed=1))
+# (seed, arrival delay, bound, allowed lateness, records per partition and epoch) ->
+# (records per epoch, rows, rows of the complete truth)
+Q8 = {
+    (1, 2_000, 2_000, 0, 60): ([120, 67, 60, 19], 54, 54),
+    (2, 20_000, 1_000, 2_000, 40): ([80, 67, 40, 40, 39], 56, 59),
+}
+
+
+@pytest.mark.parametrize("case", list(Q8), ids=["in-order", "late"])
+def test_q8_new_users_over_two_topics_equal_the_truth(
+    kafka_bootstrap, spark, tmp_path, case
+) -> None:
+    seed, delay, bound, lateness, per_epoch = case
+    events = generate(NexmarkConfig(bids=BIDS, gap_ms=50, max_delay_ms=delay, seed=seed))
     end = max(e["date_time"] for e in [*events.persons, *events.auctions]) + 60_000
     person = {**events.persons[0], "id": -1, "name": "sentinel", "date_time": end}
     auction = {**events.auctions[0], "id": -1, "seller": -1, "date_time": end}
@@ -173,25 +186,45 @@ def test_q8_new_users_over_two_topics_equal_the_truth(kafka_bootstrap, spark, tm
     _produce(kafka_bootstrap, topics[0], persons, "id")
     _produce(kafka_bootstrap, topics[1], auctions, "seller")
     sink = (tmp_path / "out").as_uri()
-    pipeline = nq.q8(*topics, sink, bound_ms=2_000)
+    pipeline = nq.q8(*topics, sink, bound_ms=bound, allowed_lateness_ms=lateness)
     store = FileStore((tmp_path / "chk").as_uri())
     config = CheckpointConfig.from_mapping(
-        {"pipeline": pipeline.name, "storage": store.url, "max_records_per_epoch": 60}
+        {"pipeline": pipeline.name, "storage": store.url, "max_records_per_epoch": per_epoch}
     )
-    records = [
+    records, rows, complete = Q8[case]
+    got = [
         run_cycle(spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2).records
-        for _ in range(4)
+        for _ in records
     ]
-    assert (records, len(persons), len(auctions)) == ([120, 67, 60, 19], 67, 199)
+    assert got == records
     epochs = nq.read_epochs(sink, pipeline.name)
     every = sorted((r for rows in epochs.values() for r in rows), key=_key)
-    truth = q8_new_users(persons, auctions)
-    expected = sorted((r for r in truth if r["window_end"] - 1 <= end - 2_001), key=_key)
-    assert every == expected and expected == sorted(truth, key=_key)[: len(expected)]
-    assert (len(expected), len(events.persons)) == (Q8_ROWS, 66)
+    marks = _q8_marks(persons, auctions, per_epoch, bound) if lateness else {}
+    truth = q8_new_users(persons, auctions, allowed_lateness_ms=lateness, **marks)
+    expected = sorted((r for r in truth if r["window_end"] - 1 <= end - bound - 1), key=_key)
+    assert every == expected  # each (window, person) once
+    assert (len(expected), len(q8_new_users(persons, auctions)) - 1) == (rows, complete)
 
 
-Q8_ROWS = 54
+def _q8_marks(persons: list, auctions: list, per_epoch: int, bound: int) -> dict[str, list]:
+    """The engine's watermark at each event's epoch start: the minimum over the two topics'
+    (one partition each) highest event time so far, minus the bound and 1; epochs of
+    ``per_epoch`` records per partition."""
+    marks: dict[str, list] = {"person_watermarks": [], "auction_watermarks": []}
+    highs: list[int | None] = [None, None]
+    mark = None
+    for start in range(0, max(len(persons), len(auctions)), per_epoch):
+        for i, (rows, name) in enumerate(((persons, "person"), (auctions, "auction"))):
+            epoch = rows[start : start + per_epoch]
+            marks[f"{name}_watermarks"] += [mark] * len(epoch)
+            highs[i] = max(
+                [h for h in (highs[i],) if h is not None] + [r["date_time"] for r in epoch],
+                default=None,
+            )
+        if None not in highs:
+            low = min(highs) - bound - 1  # type: ignore[type-var]
+            mark = low if mark is None else max(mark, low)
+    return marks
 
 
 @pytest.mark.parametrize("query", ["q5", "q7"])
