@@ -1,7 +1,8 @@
 """``make bench``: every benchmark of the engine in one run, a table, and ``latest.json``.
 
 Runs ``bench_engine`` (this engine vs Spark Structured Streaming on the same Parquet files,
-the empty epoch, peak memory), ``bench_reader`` (the Kafka source vs a bare kafka-python
+the empty epoch, peak memory), ``bench_nexmark`` (Nexmark q5 and q7, windows with a
+watermark, vs SS's windowed aggregation), ``bench_reader`` (the Kafka source vs a bare kafka-python
 loop) and ``bench_airflow`` (one checkpoint through Airflow with the Connect server and
 with in-process Spark); prints today's figures beside the ones issue 10 started from, and
 writes ``bench/results/latest.json``.
@@ -37,7 +38,12 @@ TARGETS = {
     "empty_epoch": "<= 0.1 s",
     "airflow_checkpoint_p50_connect": "<= 5 s",
     "memory_vs_spark_ss": "<= 1.2",
+    "nexmark_q5": "<= 1.0",
+    "nexmark_q7": "<= 1.0",
 }
+# Nexmark's modes: SS started once per file with AvailableNow, as a scheduled epoch runs (the
+# comparison of the issue); and one long SS query fed a file per trigger (the strict one).
+NEXMARK_MODES = {"per_epoch": "a start per file", "one_start": "one long query"}
 
 
 def machine() -> dict[str, Any]:
@@ -53,8 +59,8 @@ def machine() -> dict[str, Any]:
     }
 
 
-def summarize(engine: dict, reader: dict, airflow: dict) -> dict[str, Any]:
-    """The figures of ``latest.json`` from the three benchmarks' results."""
+def summarize(engine: dict, reader: dict, airflow: dict, nexmark: dict) -> dict[str, Any]:
+    """The figures of ``latest.json`` from the four benchmarks' results."""
 
     def ratio(name: str) -> float:
         median = engine[name]["median"]
@@ -72,6 +78,11 @@ def summarize(engine: dict, reader: dict, airflow: dict) -> dict[str, Any]:
             "memory_pss_vs_spark_ss": round(
                 proportional["ours"]["total"] / proportional["spark_ss"]["total"], 3
             ),
+            **{
+                f"nexmark_{q}_{mode}": nexmark[f"{q}_{mode}"]["ratio"]
+                for q in ("q5", "q7")
+                for mode in NEXMARK_MODES
+            },
         },
         "seconds": {
             "empty_epoch": engine["empty"]["median"]["ours"],
@@ -84,7 +95,7 @@ def summarize(engine: dict, reader: dict, airflow: dict) -> dict[str, Any]:
         "peak_rss_mb": memory,
         "peak_pss_mb": proportional,
         "machine": machine(),
-        "details": {"engine": engine, "reader": reader, "airflow": airflow},
+        "details": {"engine": engine, "reader": reader, "airflow": airflow, "nexmark": nexmark},
     }
 
 
@@ -126,6 +137,15 @@ def report(latest: dict[str, Any]) -> str:
          str(pss["spark_ss"]["total"]), f"{r['memory_pss_vs_spark_ss']:.2f}x",
          TARGETS["memory_vs_spark_ss"]],
     ]  # fmt: skip
+    nexmark = latest["details"]["nexmark"]
+    for q, what in (("q5", "hot items, sliding window"), ("q7", "highest bid, tumbling window")):
+        for mode, how in NEXMARK_MODES.items():
+            median = nexmark[f"{q}_{mode}"]["median"]
+            rows.append(
+                [f"Nexmark {q} ({what}), SS {how}", "-", sec(median["ours"]),
+                 sec(median["spark_ss"]), f"{r[f'nexmark_{q}_{mode}']:.2f}x",
+                 TARGETS[f"nexmark_{q}"] if mode == "per_epoch" else "(strict)"]
+            )  # fmt: skip
     lines = [table(rows, ["work", "before", "ours now", "Spark SS now", "ratio", "target"])]
     lines.append("")
     for measure, peaks in (("RSS", mem), ("PSS", pss)):
@@ -149,18 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     args = parser.parse_args(argv)
-    from bench import bench_airflow, bench_engine, bench_reader
+    from bench import bench_airflow, bench_engine, bench_nexmark, bench_reader
 
     rounds = 2 if args.quick else 5
     print("engine vs Spark Structured Streaming ...", flush=True)
     engine = bench_engine.run(
         rounds, memory_rounds=1 if args.quick else 2, only=list(bench_engine.WORKLOADS)
     )
+    print("Nexmark q5 and q7 vs Spark Structured Streaming ...", flush=True)
+    nexmark = bench_nexmark.run(20_000 if args.quick else 50_000, 1 if args.quick else 3, False)
     print("Kafka source vs bare kafka-python ...", flush=True)
     reader = bench_reader.run(200_000 if args.quick else 1_000_000, 100, 2, 2 if args.quick else 3)
     print("checkpoints through Airflow ...", flush=True)
     airflow = bench_airflow.run(2 if args.quick else 5, ["connect", "local"])
-    latest = summarize(engine, reader, airflow)
+    latest = summarize(engine, reader, airflow, nexmark)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "latest.json"
     path.write_text(json.dumps(latest, indent=2) + "\n")
