@@ -47,8 +47,10 @@ QUERIES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "q5": ("q5-counts", ("q5_a", "q5_b"), ("window_start",)),
 }
 TRUTH = {"q5": q5_hot_items, "q7": q7_highest_bid, "q11": q11_user_sessions}
-STORIES = [("q7", "reading"), ("q7", "after_snapshot"), ("q11", "after_acks")]
-STORIES += [("q11", "after_metadata"), ("q5", "after_snapshot")]
+# Kills after the state is written: before the global ack (q7), after it (q11) and in a
+# staged pipeline (q5); a kill while reading writes no state and is covered by the
+# other crash suites (test_crash_recovery.py, test_file_source.py).
+STORIES = [("q7", "after_snapshot"), ("q11", "after_metadata"), ("q5", "after_snapshot")]
 
 
 def _key(row: dict[str, Any]) -> list:
