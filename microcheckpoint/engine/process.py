@@ -298,8 +298,6 @@ def run_function(
             else:
                 group.pop(ck, None)
             changed_timers.add(k.kg)
-    if bare and any(k.timers.changed for k in keys.values()):
-        raise ConfigError("timers", "registered", "a KeyedProcessFunction (not a plain fn)")
     for kg in sorted(changed_timers):
         if timer_maps[kg]:
             put(kg, TIMERS_KEY, dict(sorted(timer_maps[kg].items())))
