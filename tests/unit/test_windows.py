@@ -256,3 +256,31 @@ def test_a_timestamp_event_column_is_read_as_epoch_milliseconds() -> None:
     assert _out(mem.epoch([{"k": "a", "ts": at}], None, 1_767_225_601_999)) == [
         ("a", 1_767_225_601_000, 1_767_225_602_000, 1)
     ]
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (
+            lambda: tumbling_window("w", "k", 10_000, count_rows()),
+            [(0, 10_000, 2), (10_000, 20_000, 1), (20_000, 30_000, 1)],
+        ),
+        (
+            lambda: sliding_window("w", "k", 10_000, 5_000, count_rows()),
+            [(-5_000, 5_000, 2), (0, 10_000, 2), (5_000, 15_000, 1), (10_000, 20_000, 1),
+             (20_000, 30_000, 1), (25_000, 35_000, 1)],
+        ),
+        (
+            lambda: session_window("w", "k", 10_000, count_rows()),
+            [(1_000, 22_000, 3), (27_000, 37_000, 1)],
+        ),
+    ],
+    ids=["tumbling", "sliding", "session"],
+)  # fmt: skip
+def test_the_worked_example_of_the_docs(build, expected) -> None:
+    """docs/engine.md, "Windows": the same rows and the same windows as its table."""
+    memory = Memory(build())
+    rows = [{"k": "a", "ts": ts} for ts in (1_000, 4_000, 12_000, 27_000)]
+    out = memory.epoch(rows, None, 100_000)
+    assert sorted((r["window_start"], r["window_end"], r["count"]) for r in out) == expected
+    assert {r["key"] for r in out} == {"a"}
