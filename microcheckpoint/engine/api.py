@@ -316,9 +316,15 @@ class Pipeline:
 
     @property
     def uids(self) -> list[str]:
+        return [self.source.uid, *self.parallel_uids]
+
+    @property
+    def parallel_uids(self) -> list[str]:
+        """The uids of the operators that run (and ack) once per subtask: keyed operators,
+        operators with operator state, sinks."""
         keyed = [op.uid for op in self.operators]
         partition = [op.uid for op in self.partition_operators]
-        return [self.source.uid, *keyed, *partition, *(s.uid for s in self.sinks)]
+        return [*keyed, *partition, *(s.uid for s in self.sinks)]
 
     def use_storage(self, s3_options: dict[str, Any]) -> Pipeline:
         """Give every sink without S3 settings of its own the run's (``Sink.use_storage``);

@@ -86,8 +86,7 @@ class EpochResult:
 def expected_tasks(pipeline: Pipeline, parallelism: int) -> list[TaskId]:
     """The acks a checkpoint of ``pipeline`` needs: the source, and every keyed subtask."""
     tasks = [TaskId.of(pipeline.source.uid, 0)]
-    partition = [op.uid for op in pipeline.partition_operators]
-    for uid in [op.uid for op in pipeline.operators] + partition + [s.uid for s in pipeline.sinks]:
+    for uid in pipeline.parallel_uids:
         tasks.extend(TaskId.of(uid, i) for i in range(parallelism))
     return tasks
 
@@ -272,9 +271,7 @@ def run_epoch(
     faults = faults or Faults.from_env()
     options = dict(store_options or {})
     pipeline.use_storage(options)  # one endpoint setting for every S3 client of the run
-    uids = [op.uid for op in pipeline.operators] + [s.uid for s in pipeline.sinks]
-    uids += [op.uid for op in pipeline.partition_operators]
-    parallelism = plan.parallelism(*uids)
+    parallelism = plan.parallelism(*pipeline.parallel_uids)
     # Step 1: the source.
     if _idle(pipeline, plan):
         _idle_acks(pipeline, plan, store, parallelism)
