@@ -96,7 +96,7 @@ def commit_sinks(
     from microcheckpoint.sinks.stage import StageSink  # Kafka's client: not at import time
 
     sinks = list(sinks)
-    timed = None
+    timed: tuple[bool, int | None] = (False, None)
     if source_uid and any(isinstance(s, StageSink) for s in sinks):
         timed = checkpoint_watermark(store, meta, source_uid)  # engine/stage_watermarks.py
     for sink in sinks:
@@ -116,11 +116,8 @@ def commit_sinks(
                 rows.extend(json.loads(line) for line in obj.data.splitlines() if line)
             parts.append(rows)
         if sink.commit_empty_epochs or any(meta.acks[t].handles for t in tasks):
-            info = EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value)
-            if isinstance(sink, StageSink) and timed is not None:
-                sink.commit(info, parts, event_time=timed[0], watermark=timed[1])
-            else:
-                sink.commit(info, parts)
+            info = EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value, *timed)
+            sink.commit(info, parts)
 
 
 def sink_publisher(

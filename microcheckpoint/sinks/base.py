@@ -34,11 +34,18 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class EpochInfo:
-    """Which epoch a sink publishes: the idempotency key is ``(pipeline, uid, checkpoint_id)``."""
+    """Which epoch a sink publishes: the idempotency key is ``(pipeline, uid, checkpoint_id)``.
+
+    ``event_time`` and ``watermark``: whether the pipeline's source has event time, and its
+    watermark after the epoch (None: none yet). Notify sets them for a stage sink, whose
+    markers carry them downstream (``sinks.stage``); other sinks ignore them.
+    """
 
     pipeline: str
     uid: str
     checkpoint_id: int
+    event_time: bool = False
+    watermark: int | None = None
 
 
 class Sink(abc.ABC):

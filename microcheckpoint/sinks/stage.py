@@ -16,8 +16,8 @@ In AT_LEAST_ONCE the rows are written while the epoch runs and no marker is writ
 downstream stage, in AT_LEAST_ONCE too, does not align.
 
 When the stage's source has event time, each marker also carries the stage's watermark
-after the epoch (``mcp-watermark``; ``commit``'s ``watermark``, which notify reads from the
-checkpoint's source state), so the downstream stage's watermark is the upstream's.
+after the epoch (``mcp-watermark``; the ``EpochInfo``'s ``watermark``, which notify reads from
+the checkpoint's source state), so the downstream stage's watermark is the upstream's.
 """
 
 from __future__ import annotations
@@ -82,20 +82,13 @@ class StageSink(KafkaSink):
         self.max_parallelism = max_parallelism
         self._watermark: bytes | None = None  # the markers' mcp-watermark of this commit
 
-    def commit(
-        self,
-        epoch: EpochInfo,
-        parts: Sequence[Sequence[Row]],
-        *,
-        event_time: bool = False,
-        watermark: int | None = None,
-    ) -> None:
-        """The Kafka sink's commit; with ``event_time``, every marker of ``epoch`` also
-        carries ``watermark``, the stage's watermark after it (None: none yet, written as
-        ``none``). Without it (the stage has no event time) markers carry none.
+    def commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
+        """The Kafka sink's commit; with ``epoch.event_time``, every marker of the epoch also
+        carries ``epoch.watermark``, the stage's watermark after it (None: none yet, written
+        as ``none``). Without it (the stage has no event time) markers carry none.
         """
-        mark = NO_WATERMARK if watermark is None else str(watermark).encode()
-        self._watermark = mark if event_time else None
+        mark = NO_WATERMARK if epoch.watermark is None else str(epoch.watermark).encode()
+        self._watermark = mark if epoch.event_time else None
         super().commit(epoch, parts)
 
     def _target(self, row: Row, key: bytes | None, part: int, index: int) -> int:
