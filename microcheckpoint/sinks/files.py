@@ -39,9 +39,9 @@ def _encode(rows: Sequence[Row], fmt: str) -> bytes:
 def _decode(data: bytes, fmt: str) -> list[Row]:
     if fmt == "jsonl":
         return [json.loads(line) for line in data.splitlines() if line]
-    import pyarrow.parquet as pq
+    from microcheckpoint.state.files import read_parquet
 
-    return pq.read_table(io.BytesIO(data)).to_pylist()
+    return read_parquet(data).to_pylist()
 
 
 class FileSink(Sink):

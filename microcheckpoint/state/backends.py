@@ -74,10 +74,10 @@ def encode_table(state: KeyGroupState) -> bytes:
 
 
 def decode_table(data: bytes, source: str) -> KeyGroupState:
-    import pyarrow.parquet as pq
+    from microcheckpoint.state.files import read_parquet
 
     try:
-        table = pq.read_table(io.BytesIO(data))
+        table = read_parquet(data)
         columns = table.to_pydict()
         return {
             k: (json.loads(s), int(u))

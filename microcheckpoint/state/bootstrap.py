@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.errors import ConfigError, InvalidValue, RestoreError
@@ -50,7 +49,7 @@ from microcheckpoint.protocol.savepoints import savepoint_folder
 from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.evolution import DESCRIPTORS_FIELD, recorded_descriptors
-from microcheckpoint.state.files import BASE_NAME, encode_rows, rows_from_groups
+from microcheckpoint.state.files import BASE_NAME, encode_rows, read_parquet, rows_from_groups
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import (
     key_group_for,
@@ -98,7 +97,7 @@ def read_state_table(path: str) -> dict[str, Any]:
         "a Parquet file with the string columns key and state (JSON text), as `state export` writes"
     )
     try:
-        table = pq.read_table(path)
+        table = read_parquet(path)
     except FileNotFoundError:
         raise ConfigError("from", path, f"{fix}; there is no such file") from None
     except (OSError, pa.ArrowException) as exc:

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from microcheckpoint.errors import InvalidValue
 from microcheckpoint.state.backends import canonical_key
+from microcheckpoint.state.files import read_parquet
 
 __all__ = [
     "DESCRIPTORS_META",
@@ -165,7 +166,7 @@ def read_table_extras(
     if descriptors is None:
         out.keys = dict(states)
         return out, None
-    columns = file.read(columns=["key", "timers"]).to_pylist()
+    columns = read_parquet(path, ["key", "timers"]).to_pylist()
     for row, cells in enumerate(columns, start=1):
         ck = canonical_key(json.loads(cells["key"]))
         where = f"row {row} of {path}"
