@@ -417,7 +417,7 @@ def start_spark_connect(
     """
     import pyspark
 
-    from microcheckpoint.engine.spark import EPOCH_SETTINGS
+    from microcheckpoint.engine.spark import EPOCH_SETTINGS, local_cores
 
     home = Path(pyspark.__file__).parent
     port = free_port()
@@ -425,8 +425,9 @@ def start_spark_connect(
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         **EPOCH_SETTINGS,
-        "spark.sql.shuffle.partitions": "4",
-        "spark.default.parallelism": "4",
+        # As many shuffle partitions as cores (engine.spark.local_spark's default).
+        "spark.sql.shuffle.partitions": str(local_cores(master) or 2),
+        "spark.default.parallelism": str(local_cores(master) or 2),
         **(conf or {}),
     }
     argv = [str(home / "sbin" / "start-connect-server.sh"), "--wait", "--master", master]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
-__all__ = ["EPOCH_SETTINGS", "connect_spark", "local_spark"]
+__all__ = ["EPOCH_SETTINGS", "connect_spark", "local_cores", "local_spark"]
 
 # Settings for many short epochs, in-process and on the Connect server alike. Adaptive query
 # execution re-plans at every shuffle, which costs more than it saves on epoch-sized data
@@ -20,17 +21,29 @@ EPOCH_SETTINGS = {
 }
 
 
+def local_cores(master: str) -> int | None:
+    """The cores of a ``local[N]`` or ``local[*]`` master (``local``: 1); None for others."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    cores = match.group(1)
+    return 1 if cores is None else (os.cpu_count() or 1) if cores == "*" else int(cores)
+
+
 def local_spark(
-    master: str | None = None, app: str = "microcheckpoint", shuffle_partitions: int = 4
+    master: str | None = None, app: str = "microcheckpoint", shuffle_partitions: int | None = None
 ) -> Any:
     """Build (or get) a SparkSession whose executors run this virtual environment's Python.
 
     ``master`` defaults to ``MICROCHECKPOINT_SPARK_MASTER`` or ``local[2]``; under
     ``spark-submit`` (a Py4J gateway is handed over) the submitted ``--master`` is kept.
-    Task retries are the master's: none on ``local[N]``, ``spark.task.maxFailures`` (4 by
-    default) on a cluster, where a task lost with its executor runs again in the same epoch
-    (tests/integration/test_spark_cluster.py kills an executor under spark-submit and under
-    Connect: the counts stay exact).
+    ``shuffle_partitions`` defaults to a local master's cores (4 for another master): an
+    epoch's shuffles are small, and each partition is a task, with a Python worker round trip
+    in the keyed and sink stages (300-record epochs of the word count on ``local[2]``: 1.03 s
+    of CPU each with 2 partitions, 1.41 s with 4). Task retries are the master's: none on
+    ``local[N]``, ``spark.task.maxFailures`` (4 by default) on a cluster, where a task lost
+    with its executor runs again in the same epoch (tests/integration/test_spark_cluster.py
+    kills an executor under spark-submit and under Connect: the counts stay exact).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -38,9 +51,10 @@ def local_spark(
 
     builder = SparkSession.builder
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(
-            master or os.environ.get("MICROCHECKPOINT_SPARK_MASTER", "local[2]")
-        )
+        master = master or os.environ.get("MICROCHECKPOINT_SPARK_MASTER", "local[2]")
+        builder = builder.master(master)
+    if shuffle_partitions is None:
+        shuffle_partitions = (local_cores(master) if master else None) or 4
     builder = (
         builder.appName(app)
         .config(map=EPOCH_SETTINGS)
