@@ -31,7 +31,7 @@ from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
-from microcheckpoint.protocol.coordinator import acknowledge
+from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.chains import key_group_chains
@@ -131,7 +131,7 @@ def _snapshot_and_ack(
     ctx.faults.point("after_snapshot")
     # A retried Spark task writes the same files and its ack is a DUPLICATE.
     ack = state.timer.ack(task, ctx.attempt, handles, info)
-    acknowledge(state.store, Layout(ctx.pipeline), CheckpointId(ctx.checkpoint_id), ack)
+    record_ack(state.store, Layout(ctx.pipeline), CheckpointId(ctx.checkpoint_id), ack)
 
 
 def _cleaner(function: KeyedProcessFunction, now_ms: int) -> Callable[[str, Any], Any] | None:

@@ -32,7 +32,7 @@ from microcheckpoint.errors import IncompatibleCheckpoint, InvalidValue
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
-from microcheckpoint.protocol.coordinator import acknowledge
+from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.operator_files import (
@@ -143,7 +143,7 @@ def _ack(
 ) -> None:  # fmt: skip
     # A retried Spark task writes the same bytes and its ack is a DUPLICATE.
     ack = timer.ack(task, attempt, (handle,))
-    acknowledge(store, Layout(pipeline), CheckpointId(cid), ack)
+    record_ack(store, Layout(pipeline), CheckpointId(cid), ack)
 
 
 def _is_json(value: Any) -> bool:

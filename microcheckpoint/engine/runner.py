@@ -59,7 +59,7 @@ from microcheckpoint.engine.sources import (
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
-from microcheckpoint.protocol.coordinator import acknowledge
+from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.plan import EpochPlan
 from microcheckpoint.protocol.records import CheckpointMetadata
@@ -232,12 +232,12 @@ def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallel
                 handles.update({h.key: h for h in chains.get(kg, ())})
             task = TaskId.of(op.uid, subtask)
             ack = timer.ack(task, plan.attempt, handles.values())
-            acknowledge(store, layout, plan.checkpoint_id, ack)
+            record_ack(store, layout, plan.checkpoint_id, ack)
     partition_idle_acks(pipeline, plan, store, parallelism)  # engine/operator_subtask.py
     for sink in pipeline.sinks:
         for part in range(parallelism):
             ack = AckTimer().ack(TaskId.of(sink.uid, part), plan.attempt)
-            acknowledge(store, layout, plan.checkpoint_id, ack)
+            record_ack(store, layout, plan.checkpoint_id, ack)
 
 
 def _idle(pipeline: Pipeline, plan: EpochPlan) -> bool:
@@ -368,5 +368,5 @@ def run_epoch(
             )
         )
     source_ack = timer.ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, handles, offsets)
-    acknowledge(store, Layout(pipeline.name), plan.checkpoint_id, source_ack)
+    record_ack(store, Layout(pipeline.name), plan.checkpoint_id, source_ack)
     return EpochResult(plan.checkpoint_id, plan.attempt, plan.barrier.record_count, outputs)

@@ -23,7 +23,7 @@ from microcheckpoint.engine.stage_watermarks import checkpoint_watermark
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
-from microcheckpoint.protocol.coordinator import acknowledge
+from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import EpochInfo, Sink
@@ -76,7 +76,7 @@ def stage_part(
         with timer.uploading():
             store.put(key, data)
         handles = (StateHandle(key, len(data)),)
-    acknowledge(store, layout, cid, timer.ack(task, ctx.attempt, handles))
+    record_ack(store, layout, cid, timer.ack(task, ctx.attempt, handles))
     return iter([len(ordered)])
 
 

@@ -70,6 +70,7 @@ __all__ = [
     "TriggerDecision",
     "Verdict",
     "acknowledge",
+    "record_ack",
 ]
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,10 @@ class StartPoint:
 
 
 def acknowledge(store: ObjectStore, layout: Layout, cid: CheckpointId, ack: Ack) -> AckResult:
-    """Record a task's ack (put-if-absent, so a repeated ack is a DUPLICATE).
-
-    Runs wherever the task runs (a Spark executor, the driver): it reads storage only.
+    """Record a task's ack after checking it against storage: DISCARDED when ``cid`` is no
+    longer pending or the ack is from an older attempt, UNKNOWN when the task or attempt is
+    not the checkpoint's; else ``record_ack``. What the coordinator's ``acknowledge`` does;
+    the engine's tasks call ``record_ack``.
     """
     view = scan(store, layout)
     record = view.records.get(cid)
@@ -113,6 +115,21 @@ def acknowledge(store: ObjectStore, layout: Layout, cid: CheckpointId, ack: Ack)
         return AckResult.DISCARDED
     if ack.task not in view.expected_tasks(cid) or ack.attempt > record.attempt:
         return AckResult.UNKNOWN
+    return record_ack(store, layout, cid, ack)
+
+
+def record_ack(store: ObjectStore, layout: Layout, cid: CheckpointId, ack: Ack) -> AckResult:
+    """Record a task's ack: one put-if-absent, nothing read (a repeated ack is a DUPLICATE).
+
+    Runs wherever the task runs (a Spark executor, the driver), for the task and attempt of
+    the plan it was given (``plan``: the attempt began, the tasks are ``_pending``'s). It
+    does not check that ``cid`` is still pending: no read could make that check atomic with
+    the write, and nothing needs it. Completion counts only the acks of the current attempt
+    of a pending checkpoint, and a late ack in a decided folder is a file nothing
+    references, which retention deletes (``enforce_retention`` step 3). Checking cost a LIST
+    of the pipeline and a GET of ``_pending`` per ack: LISTs per epoch grew with the
+    subtasks.
+    """
     if ack.acked_at_ms is None:
         ack = replace(ack, acked_at_ms=int(time.time() * 1000))
     outcome = write_once(store, layout.ack(cid, ack.attempt, ack.task), encode(ack))

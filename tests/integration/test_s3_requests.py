@@ -31,9 +31,9 @@ EXPECTED = {
     ("sink staged part", "PUT"): 2,
     ("sink published part", "PUT"): 2,
     ("_notified", "PUT"): 1,
-    ("list the pipeline's checkpoints (scan)", "LIST"): 19,
+    ("list the pipeline's checkpoints (scan)", "LIST"): 14,
     ("list one checkpoint (cleanup)", "LIST"): 1,
-    ("_pending (barrier n, put-if-absent)", "GET"): 8,
+    ("_pending (barrier n, put-if-absent)", "GET"): 3,
     ("_metadata (the commit point)", "GET"): 5,
     ("ack (one per task, put-if-absent)", "GET"): 10,
     ("_restore (read: no restore)", "GET"): 3,
@@ -70,17 +70,16 @@ def test_a_steady_state_epoch_makes_exactly_the_budgeted_requests(
     assert {k: kinds[k] for k in KINDS} == {
         "PUT": 7,
         "conditional PUT": 10,
-        "GET": 34 + state_gets,
+        "GET": 29 + state_gets,
         "HEAD": 0,
-        "LIST": 20,
+        "LIST": 15,
         "DELETE": 14,
     }
     # Each keyed subtask reads at most its chain (epoch 1's delta of each subtask).
     assert 0 <= state_gets <= 2
-    # The critical path: the driver's 69 requests, one after another, then the longest
-    # keyed task (LIST, GET _pending, PUT delta, put-if-absent ack, and a GET of its
-    # chain when its worker's cache lacks it), then the longest sink task (the same
-    # without the chain).
-    assert second.driver() == 69
-    assert second.critical() == 69 + (4 + (1 if state_gets else 0)) + 4
+    # The critical path: the driver's 67 requests, one after another, then the longest
+    # keyed task (PUT delta, put-if-absent ack, and a GET of its chain when its worker's
+    # cache lacks it), then the longest sink task (PUT staged part, ack).
+    assert second.driver() == 67
+    assert second.critical() == 67 + (2 + (1 if state_gets else 0)) + 2
     assert second.critical() <= second.sequential() <= len(second.records)
