@@ -59,7 +59,7 @@ from microcheckpoint.protocol.records.alignment import Alignment
 from microcheckpoint.protocol.records.interval import DataInterval
 from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_retention
 from microcheckpoint.protocol.statistics import checkpoint_statistics
-from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
+from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, RecordCache, scan
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 from microcheckpoint.storage.probe import ensure_put_if_absent
 
@@ -158,12 +158,22 @@ class CheckpointCoordinator:
         self.token = uuid.uuid4().hex  # makes this writer's bytes unique (see write_once)
         self.failures = FailureManager(store, self.layout, config)
         self._store_probed = False  # ensure_put_if_absent ran for this coordinator
+        # The write-once records this coordinator read or wrote: its views share them.
+        self.records = RecordCache()
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def view(self) -> PipelineView:
-        return scan(self.store, self.layout)
+        """A fresh listing of the pipeline (records already read come from ``records``)."""
+        return scan(self.store, self.layout, self.records)
+
+    def _write_once(self, key: str, record: object, data: bytes) -> WriteOutcome:
+        """``write_once`` of a write-once record; on success the views know it unread."""
+        outcome = write_once(self.store, key, data)
+        if outcome is WriteOutcome.OK:
+            self.records.put(key, record)
+        return outcome
 
     # ---- failures -------------------------------------------------------------------
 
@@ -241,6 +251,7 @@ class CheckpointCoordinator:
         files: FilesOf | None = None,
         data_interval: DataInterval | None = None,
         alignment: Alignment | None = None,
+        view: PipelineView | None = None,
     ) -> PendingCheckpoint:
         """Allocate checkpoint n and write its barrier.
 
@@ -268,14 +279,16 @@ class CheckpointCoordinator:
                 folder's past is what the previous barrier read); kept in ``_pending``.
             data_interval: the run's data interval (policy ``data_interval``).
             alignment: a stage input's alignment, from its offsets port's ``align``.
+            view: a view ``finish_completing`` returned just before (``start_epoch``'s),
+                to decide on without listing again; by default the trigger lists.
         """
         # Step 1: the store keeps its put-if-absent promise (one GET after the first time).
         if not self._store_probed:
             ensure_put_if_absent(self.store)
             self._store_probed = True
         # Step 2: the same checks the sensors make (after finishing half-done completions).
-        self.finish_completing()
-        view = self.view()
+        if view is None:
+            view = self.finish_completing()
         decision = self.trigger_decision(view)
         if decision.verdict is Verdict.STOPPED:
             self.ensure_can_continue(view)
@@ -318,7 +331,8 @@ class CheckpointCoordinator:
                 alignment=alignment,
                 restored_from=restored_from,
             )
-            if write_once(self.store, self.layout.pending(cid), encode(record)) is WriteOutcome.OK:
+            written = self._write_once(self.layout.pending(cid), record, encode(record))
+            if written is WriteOutcome.OK:
                 break
             cid = cid.next()
         # Step 6: a racing trigger may have allocated a lower id meanwhile.
@@ -359,14 +373,15 @@ class CheckpointCoordinator:
 
     def barrier(self, cid: CheckpointId) -> Barrier:
         """Barrier n: the offset ranges checkpoint n processes (held in its ``_pending``)."""
-        record = read(self.store, self.layout.pending(cid), PendingRecord)
+        key = self.layout.pending(cid)
+        record = self.records.get(key, lambda: read(self.store, key, PendingRecord))
         if record is None:
             raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} does not exist")
         return record.barrier
 
-    def begin_attempt(self, cid: CheckpointId) -> int:
+    def begin_attempt(self, cid: CheckpointId, view: PipelineView | None = None) -> int:
         """Start a new processing attempt of a pending checkpoint; older attempts' acks stop counting."""
-        view = self.view()
+        view = view or self.view()
         record = view.records.get(cid)
         if record is None or record.status is not CheckpointStatus.PENDING:
             raise CheckpointNotFound(f"checkpoint {cid} is not pending")
@@ -386,11 +401,12 @@ class CheckpointCoordinator:
         Raises:
             CheckpointNotFound: ``cid`` is not pending, or the state it continues from is gone.
         """
-        # Step 1: the attempt.
-        attempt = self.begin_attempt(cid)
+        # Step 1: the attempt (the marker it writes is all that changes: one listing).
+        view = self.view()
+        attempt = self.begin_attempt(cid, view)
         # Step 2: one read of everything the epoch needs.
         return epoch_plan(
-            self.view(),
+            view,
             cid,
             attempt,
             incremental=self.config.incremental,
@@ -426,12 +442,13 @@ class CheckpointCoordinator:
 
     def outcome(self, cid: CheckpointId) -> OutcomeRecord | None:
         """Checkpoint ``cid``'s ``_outcome``, if one was decided."""
-        return read(self.store, self.layout.outcome(cid), OutcomeRecord)
+        key = self.layout.outcome(cid)
+        return self.records.get(key, lambda: read(self.store, key, OutcomeRecord))
 
     def abort(self, cid: CheckpointId, reason: AbortReason, detail: str = "") -> AbortOutcome:
         """Decide ABORTED for ``cid`` unless an outcome was decided already."""
         body = OutcomeRecord.aborted(reason, detail, self.now_ms(), self.token)
-        if write_once(self.store, self.layout.outcome(cid), encode(body)) is WriteOutcome.OK:
+        if self._write_once(self.layout.outcome(cid), body, encode(body)) is WriteOutcome.OK:
             log.warning(
                 "checkpoint %s of %s aborted: %s %s",
                 cid,
@@ -474,13 +491,15 @@ class CheckpointCoordinator:
     def abort_declined(self, cid: CheckpointId, detail: str) -> AbortOutcome:
         return self.abort(cid, AbortReason.DECLINED, detail)
 
-    def expire_if_late(self, cid: CheckpointId) -> CheckpointExpired | None:
+    def expire_if_late(
+        self, cid: CheckpointId, view: PipelineView | None = None
+    ) -> CheckpointExpired | None:
         """Abort pending ``cid`` as EXPIRED once its timeout has passed.
 
         Returns the error to report when ``cid`` is now aborted (by this call or by
         another writer), else None: within its timeout, or completed meanwhile.
         """
-        view = self.view()
+        view = view or self.view()
         if self.now_ms() - view.trigger_time_ms(cid) <= self.config.timeout * 1000:
             return None
         self.abort(cid, AbortReason.EXPIRED, f"timeout {self.config.timeout}s")
@@ -494,18 +513,19 @@ class CheckpointCoordinator:
 
     # ---- complete -------------------------------------------------------------------
 
-    def finish_completing(self, view: PipelineView | None = None) -> None:
+    def finish_completing(self, view: PipelineView | None = None) -> PipelineView:
         """Finish what a completer that died after claiming COMPLETED left undone.
 
         Steps: 1. every pending checkpoint below a claimed one gets an outcome (SUBSUMED,
         unless it claims COMPLETED first), as step 3 of ``complete`` would have done, so it
         can never complete after the higher one (I2); 2. every claimed checkpoint gets its
-        ``_metadata``, in id order.
+        ``_metadata``, in id order. Returns a view of the pipeline after it: ``view`` (or
+        the one listed) when nothing was left undone, else a new listing.
         """
         view = view or self.view()
         claimed = view.ids(CheckpointStatus.COMPLETING)
         if not claimed:
-            return
+            return view
         # Step 1
         for lower in view.pending:
             if lower < claimed[-1]:
@@ -516,12 +536,17 @@ class CheckpointCoordinator:
             outcome = view.records[cid].outcome
             assert outcome is not None and outcome.attempt is not None
             self._write_metadata(view, cid, outcome.attempt)
+        return self.view()
 
     def _write_metadata(
-        self, view: PipelineView, cid: CheckpointId, attempt: int
+        self,
+        view: PipelineView,
+        cid: CheckpointId,
+        attempt: int,
+        pending: PendingCheckpoint | None = None,
     ) -> CheckpointMetadata:
         # A pending checkpoint replays its current attempt; a COMPLETING one the claimed one.
-        pending = self._replayed(view, cid, attempt)
+        pending = pending or self._replayed(view, cid, attempt)
         if pending.missing:
             raise AcksMissing(
                 f"checkpoint {cid} lacks acks from {sorted(map(str, pending.missing))}"
@@ -549,7 +574,7 @@ class CheckpointCoordinator:
             ),
         )
         key = self.layout.metadata(cid)
-        if write_once(self.store, key, encode_metadata(meta)) is WriteOutcome.CONFLICT:
+        if self._write_once(key, meta, encode_metadata(meta)) is WriteOutcome.CONFLICT:
             stored = self.store.get(key)
             theirs = decode_metadata(stored.data, self.store.child_url(key)) if stored else None
             if theirs is None or theirs.attempt != attempt:
@@ -557,7 +582,7 @@ class CheckpointCoordinator:
             return theirs
         return meta
 
-    def complete(self, cid: CheckpointId) -> CheckpointMetadata:
+    def complete(self, cid: CheckpointId, view: PipelineView | None = None) -> CheckpointMetadata:
         """The global ack: decide COMPLETED and write ``_metadata``.
 
         Steps: 1. check every expected task acked the current attempt; 2. claim the
@@ -565,11 +590,13 @@ class CheckpointCoordinator:
         unless it claimed COMPLETED first); 4. write ``_metadata`` of every claimed
         checkpoint in id order, lower ones first, then n's.
 
+        ``view``: a listing taken after the tasks acked (by default ``complete`` lists).
+
         Raises:
             AcksMissing: not every expected task has acknowledged yet.
             CommitConflict: another writer decided this checkpoint (completed or aborted it).
         """
-        view = self.view()
+        view = view or self.view()
         record = view.records.get(cid)
         if record is None:
             raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} does not exist")
@@ -586,7 +613,8 @@ class CheckpointCoordinator:
             )
         # Step 2: claim the outcome (if n was aborted meanwhile, nothing else changes).
         claim = OutcomeRecord.completed_by(pending.attempt, self.now_ms(), self.token)
-        if write_once(self.store, self.layout.outcome(cid), encode(claim)) is not WriteOutcome.OK:
+        written = self._write_once(self.layout.outcome(cid), claim, encode(claim))
+        if written is not WriteOutcome.OK:
             current = self.outcome(cid)
             decided = "" if current is None else current.outcome.value
             if current is not None and current.reason is not None:
@@ -596,13 +624,19 @@ class CheckpointCoordinator:
             )
         # Step 3: every lower pending id gets an outcome: SUBSUMED (put-if-absent, so one
         # that claimed COMPLETED first keeps its claim) ...
-        for lower in view.pending:
-            if lower < cid:
-                self.abort(lower, AbortReason.SUBSUMED, f"checkpoint {cid} completed")
+        lower = [c for c in view.in_flight if c < cid]
+        for other in lower:
+            if other in view.pending:
+                self.abort(other, AbortReason.SUBSUMED, f"checkpoint {cid} completed")
         # Step 4: ... and every claimed one gets its ``_metadata`` in id order, lower ones
-        # before n's (I2: no lower id completes after a higher one).
-        self.finish_completing()
-        meta = self.view().metadata(cid)
+        # before n's (I2: no lower id completes after a higher one). With none in flight
+        # below n when it was listed, none can be: ids only grow, so n's ``_metadata``
+        # comes from the acks just read, with no second listing.
+        if lower:
+            self.finish_completing()
+            meta = self.view().metadata(cid)
+        else:
+            meta = self._write_metadata(view, cid, pending.attempt, pending)
         log.info(
             "completed checkpoint %s of %s in %d ms", cid, self.config.pipeline, meta.duration_ms
         )
@@ -620,8 +654,9 @@ class CheckpointCoordinator:
 
         Steps: 0. commit the sinks (publish what the epoch staged); 1. commit the group
         offsets (only for the latest completed checkpoint, so committed offsets never
-        move back; I1); 2. delete files of checkpoint ``cid`` that its ``_metadata`` does
-        not reference; 3. mark notified; 4. apply retention.
+        move back; I1); 2. mark notified; 3. apply retention, which also deletes the files
+        of checkpoint ``cid`` that nothing references (its acks, now inside ``_metadata``,
+        and other attempts' files: ``enforce_retention`` step 3).
         """
         view = self.view()
         record = view.records.get(cid)
@@ -636,9 +671,7 @@ class CheckpointCoordinator:
         # Step 1: group offsets.
         if commit_offsets is not None and view.latest_completed == cid:
             commit_offsets(meta.offsets)
-        # Step 2: leftovers of other attempts and the acks (now inside _metadata).
-        cleanup_checkpoint(self.store, self.layout, cid, keep={h.key for h in meta.handles})
-        # Step 3: mark notified (before retention, which may drop ``cid`` itself).
+        # Step 2: mark notified (before retention, which may drop ``cid`` itself).
         self.store.put(self.layout.notified(cid), encode(NotifiedRecord(self.now_ms())))
-        # Step 4: retention.
-        enforce_retention(self.store, self.layout, self.config.retained)
+        # Step 3: retention, and the leftovers of ``cid``.
+        enforce_retention(self.store, self.layout, self.config.retained, self.records)

@@ -70,15 +70,15 @@ def parallelism(view: PipelineView, default: int) -> int:
 
 def notify_left_behind(
     coordinator: CheckpointCoordinator, offsets: SourceOffsets, publish: Publish
-) -> list[CheckpointId]:
+) -> tuple[list[CheckpointId], PipelineView]:
     """Steps 1 and 2: finish claimed completions, then notify what a failed run left.
 
-    Returns the checkpoints notified now, oldest first.
+    Returns the checkpoints notified now, oldest first, and a view of the pipeline after
+    them (one listing in all when nothing was left).
     """
     # Step 1: a claimed completion gets its ``_metadata``.
-    coordinator.finish_completing()
+    view = coordinator.finish_completing()
     # Step 2: completed but not notified: publish before anything new runs.
-    view = coordinator.view()
     left = [cid for cid in view.completed if not view.records[cid].notified]
     for cid in left:
         log.warning(
@@ -87,7 +87,7 @@ def notify_left_behind(
             coordinator.config.pipeline,
         )
         coordinator.notify(cid, group_committer(offsets, coordinator.config), publish)
-    return left
+    return left, (coordinator.view() if left else view)
 
 
 def start_epoch(
@@ -127,9 +127,8 @@ def start_epoch(
     """
     config = coordinator.config
     # Steps 1 and 2.
-    notify_left_behind(coordinator, offsets, publish)
-    # Step 3: re-run or trigger.
-    view = coordinator.view()
+    _, view = notify_left_behind(coordinator, offsets, publish)
+    # Step 3: re-run or trigger (deciding on that view: nothing was written since).
     if rerun_pending and view.pending:
         cid = view.pending[0]
         log.warning("re-running pending checkpoint %s of %s", cid, config.pipeline)
@@ -168,6 +167,7 @@ def start_epoch(
         files=offsets.files_of if isinstance(offsets, NamesFiles) else None,
         data_interval=data_interval,
         alignment=alignment,
+        view=view,
     )
     return EpochStart(pending.checkpoint_id)
 
@@ -229,9 +229,10 @@ def complete_checkpoint(
         AcksMissing: not every task has acknowledged yet (worth retrying).
         CommitConflict: ``cid`` was aborted.
     """
-    # Step 1: a claimed completion.
-    coordinator.finish_completing()
-    record = coordinator.view().records.get(cid)
+    # Step 1: a claimed completion (the listing it returns, taken after the tasks acked,
+    # serves the steps below).
+    view = coordinator.finish_completing()
+    record = view.records.get(cid)
     if record is None:
         raise CheckpointNotFound(
             f"checkpoint {cid} of {coordinator.config.pipeline!r} does not exist in "
@@ -240,12 +241,12 @@ def complete_checkpoint(
     # Step 2: the strict timeout (the timeout sensor may have expired it at its deadline
     # already: say so, not merely that it is aborted).
     if record.status is CheckpointStatus.PENDING or record.abort_reason is AbortReason.EXPIRED:
-        expired = coordinator.expire_if_late(cid)
+        expired = coordinator.expire_if_late(cid, view)
         if expired is not None:
             raise expired
     # Step 3: the global ack.
     try:
-        return coordinator.complete(cid)
+        return coordinator.complete(cid, view)
     except CommitConflict:
         view = coordinator.view()
         if view.records[cid].status is not CheckpointStatus.COMPLETED:

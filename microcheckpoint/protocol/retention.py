@@ -19,8 +19,8 @@ from collections import Counter
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol import layout as names
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.records import Ack, ClaimMode, read
-from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
+from microcheckpoint.protocol.records import Ack, ClaimMode
+from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, RecordCache, scan
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["claimed_folder", "cleanup_checkpoint", "enforce_retention", "reference_counts"]
@@ -82,7 +82,7 @@ def _all_acks(view: PipelineView, cid: CheckpointId) -> list[Ack]:
     found = []
     for key in view.records[cid].keys:
         if "/acks/" in key:
-            ack = read(view.store, key, Ack)
+            ack = view.ack(key)
             if ack is not None:
                 found.append(ack)
     return found
@@ -112,7 +112,9 @@ def claimed_folder(view: PipelineView, retained: int, refs: Counter[str]) -> str
     return folder
 
 
-def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list[CheckpointId]:
+def enforce_retention(
+    store: ObjectStore, layout: Layout, retained: int, cache: RecordCache | None = None
+) -> list[CheckpointId]:
     """Drop completed checkpoints beyond the newest ``retained`` and old aborted ones.
 
     Steps: 1. decide what is kept and count references; 2. for each dropped checkpoint,
@@ -123,7 +125,7 @@ def enforce_retention(store: ObjectStore, layout: Layout, retained: int) -> list
     late writes); 4. delete a savepoint restored with ``CLAIM`` once nothing needs it
     (``claimed_folder``): its ``_metadata`` first, then its files. Returns the ids dropped.
     """
-    view = scan(store, layout)
+    view = scan(store, layout, cache)
     # Step 1: what stays and what it references.
     kept, refs = reference_counts(view, retained)
     oldest_kept = min(kept) if kept else None

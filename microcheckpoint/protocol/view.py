@@ -2,13 +2,18 @@
 
 Everything the coordinator knows is derived from checkpoint storage, so a coordinator
 that crashes and restarts (a new Airflow task) sees exactly what the old one left.
-``scan`` lists ``<pipeline>/chk-*`` once; records are read lazily and at most once.
+``scan`` lists ``<pipeline>/chk-*`` once; records are read lazily and at most once per
+``RecordCache``: a coordinator's views share one, so the write-once records (``_pending``,
+``_outcome``, ``_metadata``, acks) are read once per process however often it scans.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
+from typing import Any, TypeVar
 
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import CheckpointId, TaskId
@@ -26,7 +31,36 @@ from microcheckpoint.protocol.records import (
 )
 from microcheckpoint.storage.port import ObjectStore
 
-__all__ = ["CheckpointRecord", "CheckpointStatus", "PipelineView", "scan"]
+__all__ = ["CheckpointRecord", "CheckpointStatus", "PipelineView", "RecordCache", "scan"]
+
+T = TypeVar("T")
+
+
+class RecordCache:
+    """Decoded write-once records by key: ``_pending``, ``_outcome``, ``_metadata``, acks.
+
+    Each is written once with put-if-absent and never replaced, and no key is used twice
+    (checkpoint ids only grow, past a cancel too: ``id_floor``), so a record read once stays
+    true for as long as its key exists. The views sharing a cache still LIST to learn what
+    exists; they only skip reading again what they have read, or what their own coordinator
+    wrote (``put``). One cache belongs to one store; it lives as long as its coordinator.
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[str, Any] = {}
+
+    def get(self, key: str, load: Callable[[], T | None]) -> T | None:
+        """The record under ``key``: cached, else ``load()`` (kept unless None)."""
+        if key in self._records:
+            return self._records[key]  # type: ignore[no-any-return]
+        record = load()
+        if record is not None:
+            self._records[key] = record
+        return record
+
+    def put(self, key: str, record: object) -> None:
+        """Remember a record this process wrote (put-if-absent succeeded)."""
+        self._records[key] = record
 
 
 class CheckpointStatus(Enum):
@@ -59,11 +93,17 @@ class CheckpointRecord:
 class PipelineView:
     """A consistent listing of one pipeline's checkpoints, read once."""
 
-    def __init__(self, store: ObjectStore, layout: Layout, records: list[CheckpointRecord]) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        layout: Layout,
+        records: list[CheckpointRecord],
+        cache: RecordCache | None = None,
+    ) -> None:
         self.store = store
         self.layout = layout
         self.records = {r.checkpoint_id: r for r in records}
-        self._metadata: dict[CheckpointId, CheckpointMetadata] = {}
+        self.cache = cache or RecordCache()
         self._restore: list[RestoreMarker | None] = []
 
     def ids(self, *statuses: CheckpointStatus) -> list[CheckpointId]:
@@ -107,7 +147,8 @@ class PipelineView:
         """Checkpoint ``cid``'s ``_pending`` (its barrier, trigger time, expected tasks, base)."""
         record = self.records[cid]
         if record._pending is None:
-            pending = read(self.store, self.layout.pending(cid), PendingRecord)
+            key = self.layout.pending(cid)
+            pending = self.cache.get(key, lambda: read(self.store, key, PendingRecord))
             if pending is None:
                 raise MetadataFormatError(f"{self.layout.pending(cid)} vanished")
             record._pending = pending
@@ -125,19 +166,27 @@ class PipelineView:
         found = []
         for key in self.records[cid].keys:
             if key.startswith(prefix):
-                ack = read(self.store, key, Ack)
+                ack = self.ack(key)
                 if ack is not None:
                     found.append(ack)
         return found
 
+    def ack(self, key: str) -> Ack | None:
+        """The ack stored under ``key`` (read once per cache)."""
+        return self.cache.get(key, lambda: read(self.store, key, Ack))
+
     def metadata(self, cid: CheckpointId) -> CheckpointMetadata:
-        if cid not in self._metadata:
-            key = self.layout.metadata(cid)
+        key = self.layout.metadata(cid)
+
+        def load() -> CheckpointMetadata:
             obj = self.store.get(key)
             if obj is None:
                 raise MetadataFormatError(f"{self.store.child_url(key)} is missing")
-            self._metadata[cid] = decode_metadata(obj.data, self.store.child_url(key))
-        return self._metadata[cid]
+            return decode_metadata(obj.data, self.store.child_url(key))
+
+        meta = self.cache.get(key, load)
+        assert meta is not None
+        return meta
 
     @property
     def restore_marker(self) -> RestoreMarker | None:
@@ -147,8 +196,10 @@ class PipelineView:
         return self._restore[0]
 
 
-def scan(store: ObjectStore, layout: Layout) -> PipelineView:
-    """List ``<pipeline>/chk-*`` once and derive every checkpoint's status."""
+def scan(store: ObjectStore, layout: Layout, cache: RecordCache | None = None) -> PipelineView:
+    """List ``<pipeline>/chk-*`` once and derive every checkpoint's status (reading what
+    ``cache`` does not hold yet)."""
+    cache = cache or RecordCache()
     by_id: dict[CheckpointId, list[str]] = {}
     for key in store.list(layout.root + "chk-"):
         folder = key[len(layout.root) :].split("/", 1)[0]
@@ -168,7 +219,9 @@ def scan(store: ObjectStore, layout: Layout) -> PipelineView:
         elif names.PENDING not in files:
             status = CheckpointStatus.DISCARDED  # dropped (retention deletes _pending first)
         elif names.OUTCOME in files:
-            outcome = read(store, layout.outcome(cid), OutcomeRecord)
+            outcome = cache.get(
+                layout.outcome(cid), partial(read, store, layout.outcome(cid), OutcomeRecord)
+            )
             completed = outcome is not None and outcome.completed
             status = CheckpointStatus.COMPLETING if completed else CheckpointStatus.ABORTED
         else:
@@ -183,4 +236,4 @@ def scan(store: ObjectStore, layout: Layout) -> PipelineView:
                 notified=names.NOTIFIED in files,
             )
         )
-    return PipelineView(store, layout, records)
+    return PipelineView(store, layout, records, cache)
