@@ -67,7 +67,7 @@ from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import key_group_range
-from microcheckpoint.storage.port import ObjectStore
+from microcheckpoint.storage.port import ObjectStore, each
 
 __all__ = ["EpochResult", "expected_tasks", "run_epoch", "source_schema"]
 
@@ -222,6 +222,7 @@ def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallel
     """Acks of an epoch with no records: every subtask's state is what it was restored to
     (nothing is uploaded: each ack's async part is 0 ms)."""
     layout = Layout(pipeline.name)
+    acks = []
     for op in pipeline.operators:
         chains = key_group_chains(plan.restore.get(op.uid, ()))
         for subtask in range(parallelism):
@@ -230,14 +231,12 @@ def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallel
             handles: dict[str, StateHandle] = {}
             for kg in owned:
                 handles.update({h.key: h for h in chains.get(kg, ())})
-            task = TaskId.of(op.uid, subtask)
-            ack = timer.ack(task, plan.attempt, handles.values())
-            record_ack(store, layout, plan.checkpoint_id, ack)
+            acks.append(timer.ack(TaskId.of(op.uid, subtask), plan.attempt, handles.values()))
     partition_idle_acks(pipeline, plan, store, parallelism)  # engine/operator_subtask.py
     for sink in pipeline.sinks:
-        for part in range(parallelism):
-            ack = AckTimer().ack(TaskId.of(sink.uid, part), plan.attempt)
-            record_ack(store, layout, plan.checkpoint_id, ack)
+        acks += [AckTimer().ack(TaskId.of(sink.uid, p), plan.attempt) for p in range(parallelism)]
+    # Independent writes: sent at once.
+    each(lambda ack: record_ack(store, layout, plan.checkpoint_id, ack), acks)
 
 
 def _idle(pipeline: Pipeline, plan: EpochPlan) -> bool:

@@ -28,7 +28,7 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import EpochInfo, Sink
 from microcheckpoint.state.handles import StateHandle
-from microcheckpoint.storage import ObjectStore
+from microcheckpoint.storage import ObjectStore, each
 
 if TYPE_CHECKING:
     from microcheckpoint.engine.api import Pipeline
@@ -103,18 +103,16 @@ def commit_sinks(
         tasks = sorted((t for t in meta.acks if t.uid.value == sink.uid), key=lambda t: t.subtask)
         if not tasks:
             continue  # the sink was added after this checkpoint was triggered
-        parts = []
-        for task in tasks:
-            rows: list[dict[str, Any]] = []
-            for handle in meta.acks[task].handles:
-                obj = store.get(handle.key)
-                if obj is None:
-                    raise MetadataFormatError(
-                        f"staged output {store.child_url(handle.key)} of sink {sink.uid!r}, "
-                        f"epoch {meta.checkpoint_id}, is missing; it cannot be published"
-                    )
-                rows.extend(json.loads(line) for line in obj.data.splitlines() if line)
-            parts.append(rows)
+        handles = [(i, h) for i, t in enumerate(tasks) for h in meta.acks[t].handles]
+        found = each(lambda ih: store.get(ih[1].key), handles)  # the staged parts, at once
+        parts: list[list[dict[str, Any]]] = [[] for _ in tasks]
+        for (i, handle), obj in zip(handles, found, strict=True):
+            if obj is None:
+                raise MetadataFormatError(
+                    f"staged output {store.child_url(handle.key)} of sink {sink.uid!r}, "
+                    f"epoch {meta.checkpoint_id}, is missing; it cannot be published"
+                )
+            parts[i].extend(json.loads(line) for line in obj.data.splitlines() if line)
         if sink.commit_empty_epochs or any(meta.acks[t].handles for t in tasks):
             info = EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value, *timed)
             sink.commit(info, parts)

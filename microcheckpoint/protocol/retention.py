@@ -21,7 +21,7 @@ from microcheckpoint.protocol import layout as names
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import Ack, ClaimMode
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, RecordCache, scan
-from microcheckpoint.storage.port import ObjectStore
+from microcheckpoint.storage.port import ObjectStore, each
 
 __all__ = ["claimed_folder", "cleanup_checkpoint", "enforce_retention", "reference_counts"]
 
@@ -131,6 +131,11 @@ def enforce_retention(
     oldest_kept = min(kept) if kept else None
     in_flight = (CheckpointStatus.PENDING, CheckpointStatus.COMPLETING)
     dropped = []
+    # The deletes go in three rounds, each sent at once (``each``): every dropped folder's
+    # ``_pending``, then their ``_metadata``, then every unreferenced file.
+    pendings: list[str] = []
+    commits: list[str] = []
+    unreferenced: list[str] = []
     for cid, record in sorted(view.records.items()):
         status = record.status
         if status in in_flight:
@@ -145,24 +150,26 @@ def enforce_retention(
         prefix = layout.chk(cid)
         if drop:
             # Step 2: ``_pending`` goes first (a half-dropped folder reads as DISCARDED,
-            # never as in flight), then the commit point, then everything unreferenced.
-            store.delete(layout.pending(cid))
+            # never as in flight), then the commit point, then everything unreferenced. A
+            # DISCARDED folder has no ``_pending`` left (that is what makes it one).
+            markers = {layout.pending(cid), layout.metadata(cid)}
+            if status is not CheckpointStatus.DISCARDED:
+                pendings.append(layout.pending(cid))
             if status is CheckpointStatus.COMPLETED:
-                store.delete(layout.metadata(cid))
-            for key in record.keys:
-                if refs[key] == 0:
-                    store.delete(key)
+                commits.append(layout.metadata(cid))
+            unreferenced += [k for k in record.keys if refs[k] == 0 and k not in markers]
             if status is not CheckpointStatus.DISCARDED:
                 dropped.append(cid)
         else:
             # Step 3: a checkpoint that stays keeps its markers and referenced files.
-            for key in record.keys:
-                if not _is_protocol(key[len(prefix) :]) and refs[key] == 0:
-                    store.delete(key)
+            unreferenced += [
+                k for k in record.keys if not _is_protocol(k[len(prefix) :]) and refs[k] == 0
+            ]
+    for keys in (pendings, commits, unreferenced):
+        each(store.delete, keys)
     # Step 4: a claimed savepoint goes whole: first it stops being restorable.
     folder = claimed_folder(view, retained, refs)
     if folder is not None:
         store.delete(folder + names.METADATA)
-        for key in list(store.list(folder)):
-            store.delete(key)
+        each(store.delete, list(store.list(folder)))
     return dropped

@@ -18,7 +18,7 @@ from typing import Any
 from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.errors import ConfigError, StorageError
 from microcheckpoint.sinks.base import EpochInfo, Row, Sink
-from microcheckpoint.storage import ObjectStore, WriteOutcome, write_once
+from microcheckpoint.storage import ObjectStore, WriteOutcome, each, write_once
 
 __all__ = ["FileSink", "read_committed"]
 
@@ -92,11 +92,17 @@ class FileSink(Sink):
         if self.store.exists(manifest):
             return
         # Step 2: the data files (invisible until the manifest lists them).
-        files = []
-        for index, rows in enumerate(parts):
-            key = f"{base}epoch-{epoch.checkpoint_id:010d}/part-{index:05d}.{self.format}"
-            self.store.put(key, _encode(rows, self.format))
-            files.append({"key": key, "rows": len(rows)})
+        files = [
+            {
+                "key": f"{base}epoch-{epoch.checkpoint_id:010d}/part-{i:05d}.{self.format}",
+                "rows": len(rows),
+            }
+            for i, rows in enumerate(parts)
+        ]
+        each(
+            lambda fr: self.store.put(fr[0]["key"], _encode(fr[1], self.format)),
+            zip(files, parts, strict=True),
+        )  # the parts do not depend on each other: sent at once
         # Step 3: the commit point of the epoch's output.
         body = {
             "pipeline": epoch.pipeline,

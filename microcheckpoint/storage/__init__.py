@@ -7,13 +7,21 @@ the S3 store is an adapter, and this package imports none.
 from __future__ import annotations
 
 from microcheckpoint.storage.file import FileStore
-from microcheckpoint.storage.port import ObjectStore, StoredObject, WriteOutcome, swap, write_once
+from microcheckpoint.storage.port import (
+    ObjectStore,
+    StoredObject,
+    WriteOutcome,
+    each,
+    swap,
+    write_once,
+)
 
 __all__ = [
     "FileStore",
     "ObjectStore",
     "StoredObject",
     "WriteOutcome",
+    "each",
     "swap",
     "write_once",
 ]
