@@ -160,6 +160,8 @@ class CheckpointCoordinator:
         self._store_probed = False  # ensure_put_if_absent ran for this coordinator
         # The write-once records this coordinator read or wrote: its views share them.
         self.records = RecordCache()
+        # The listing ``trigger`` took after allocating a checkpoint, for its ``plan``.
+        self._triggered: dict[CheckpointId, PipelineView] = {}
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -195,17 +197,23 @@ class CheckpointCoordinator:
         """Stop triggering (stop with savepoint): ``trigger`` refuses until ``resume``."""
         self.store.put(self.layout.stopped, encode(StopRecord(reason, self.now_ms())))
 
-    def suspended(self) -> StopRecord | None:
-        """The stop record (reason, time) while triggering is stopped, else None."""
+    def suspended(self, view: PipelineView | None = None) -> StopRecord | None:
+        """The stop record (reason, time) while triggering is stopped, else None (as
+        ``view`` read it, when given)."""
+        if view is not None:
+            return view.marker(self.layout.stopped, StopRecord)
         return read(self.store, self.layout.stopped, StopRecord)
 
     def resume(self) -> None:
         """Allow triggering again (idempotent)."""
         self.store.delete(self.layout.stopped)
 
-    def id_floor(self) -> int:
+    def id_floor(self, view: PipelineView | None = None) -> int:
         """The highest id a cancel saw: ids stay unique even after it deleted checkpoints."""
-        cancelled = read(self.store, self.layout.cancelled, CancelRecord)
+        if view is not None:
+            cancelled = view.marker(self.layout.cancelled, CancelRecord)
+        else:
+            cancelled = read(self.store, self.layout.cancelled, CancelRecord)
         return cancelled.after_id if cancelled is not None else 0
 
     # ---- trigger --------------------------------------------------------------------
@@ -216,7 +224,7 @@ class CheckpointCoordinator:
         return decide(
             view,
             self.config,
-            stop=self.suspended(),
+            stop=self.suspended(view),
             failures=self.consecutive_failures(view),
             now_ms=self.now_ms(),
         )
@@ -289,6 +297,7 @@ class CheckpointCoordinator:
         # Step 2: the same checks the sensors make (after finishing half-done completions).
         if view is None:
             view = self.finish_completing()
+        view.prefetch()
         decision = self.trigger_decision(view)
         if decision.verdict is Verdict.STOPPED:
             self.ensure_can_continue(view)
@@ -315,7 +324,7 @@ class CheckpointCoordinator:
         expected_set = frozenset(expected)
         now = self.now_ms()
         # Step 5: allocate the next free id.
-        cid = CheckpointId(max(view.max_id.value if view.max_id else 0, self.id_floor()) + 1)
+        cid = CheckpointId(max(view.max_id.value if view.max_id else 0, self.id_floor(view)) + 1)
         while True:
             record = PendingRecord(
                 pipeline=self.config.pipeline,
@@ -335,8 +344,11 @@ class CheckpointCoordinator:
             if written is WriteOutcome.OK:
                 break
             cid = cid.next()
-        # Step 6: a racing trigger may have allocated a lower id meanwhile.
-        lower = [c for c in self.view().pending if c < cid]
+        # Step 6: a racing trigger may have allocated a lower id meanwhile. (``plan`` of
+        # ``cid`` by this coordinator starts from this listing: n's ``_pending`` is in it.)
+        after = self.view()
+        self._triggered = {cid: after}
+        lower = [c for c in after.pending if c < cid]
         if len(lower) >= self.config.effective_max_concurrent:
             self.abort(
                 cid, AbortReason.TRIGGER_REFUSED, "lost a trigger race against max_concurrent"
@@ -401,9 +413,18 @@ class CheckpointCoordinator:
         Raises:
             CheckpointNotFound: ``cid`` is not pending, or the state it continues from is gone.
         """
-        # Step 1: the attempt (the marker it writes is all that changes: one listing).
-        view = self.view()
-        attempt = self.begin_attempt(cid, view)
+        # Step 1: the attempt. A checkpoint this coordinator triggered is processed as
+        # attempt 1, which belongs to its trigger (nobody else can hold it: the trigger's
+        # put-if-absent of ``_pending`` was exclusive, and every other run begins 2, 3, ...,
+        # which discards attempt 1's acks), so no marker is written; and the listing the
+        # trigger took after writing ``_pending`` serves step 2 (the base, restore and
+        # barrier were fixed then). Any other run begins a new attempt on a new listing.
+        triggered = self._triggered.pop(cid, None)
+        if triggered is not None:
+            view, attempt = triggered, 1
+        else:
+            view = self.view()
+            attempt = self.begin_attempt(cid, view)
         # Step 2: one read of everything the epoch needs.
         return epoch_plan(
             view,

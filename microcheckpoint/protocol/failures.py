@@ -10,7 +10,7 @@ from __future__ import annotations
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.errors import TooManyFailures
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.protocol.records import FailuresReset, encode, read
+from microcheckpoint.protocol.records import FailuresReset, encode
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView
 from microcheckpoint.storage.port import ObjectStore
 
@@ -28,7 +28,7 @@ class FailureManager:
     def consecutive_failures(self, view: PipelineView) -> int:
         """Expired or declined checkpoints since the last completed one (and the last reset)."""
         floor = view.latest_completed.value if view.latest_completed else 0
-        reset = read(self.store, self.layout.failures_reset, FailuresReset)
+        reset = view.marker(self.layout.failures_reset, FailuresReset)
         if reset is not None:
             floor = max(floor, reset.after_id)
         return sum(

@@ -133,6 +133,7 @@ def start_epoch(
         cid = view.pending[0]
         log.warning("re-running pending checkpoint %s of %s", cid, config.pipeline)
         return EpochStart(cid, rerun=True)
+    view.prefetch()  # the markers and start offsets the trigger decides on, at once
     tps = source_partitions(offsets, topics)
     labels = dict(labels or {})
     behind = "refuse"

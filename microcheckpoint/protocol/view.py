@@ -22,14 +22,17 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import (
     AbortReason,
     Ack,
+    CancelRecord,
     CheckpointMetadata,
+    FailuresReset,
     OutcomeRecord,
     PendingRecord,
     RestoreMarker,
+    StopRecord,
     decode_metadata,
     read,
 )
-from microcheckpoint.storage.port import ObjectStore
+from microcheckpoint.storage.port import ObjectStore, each
 
 __all__ = ["CheckpointRecord", "CheckpointStatus", "PipelineView", "RecordCache", "scan"]
 
@@ -104,7 +107,8 @@ class PipelineView:
         self.layout = layout
         self.records = {r.checkpoint_id: r for r in records}
         self.cache = cache or RecordCache()
-        self._restore: list[RestoreMarker | None] = []
+        # Pipeline markers as this view read them (they change: views do not share them).
+        self._markers: dict[str, Any] = {}
 
     def ids(self, *statuses: CheckpointStatus) -> list[CheckpointId]:
         return sorted(c for c, r in self.records.items() if not statuses or r.status in statuses)
@@ -163,13 +167,8 @@ class PipelineView:
     def acks(self, cid: CheckpointId, attempt: int) -> list[Ack]:
         """The acks stored for attempt ``attempt`` of ``cid`` (as listed by ``scan``)."""
         prefix = self.layout.acks(cid, attempt)
-        found = []
-        for key in self.records[cid].keys:
-            if key.startswith(prefix):
-                ack = self.ack(key)
-                if ack is not None:
-                    found.append(ack)
-        return found
+        keys = [key for key in self.records[cid].keys if key.startswith(prefix)]
+        return [ack for ack in each(self.ack, keys) if ack is not None]
 
     def ack(self, key: str) -> Ack | None:
         """The ack stored under ``key`` (read once per cache)."""
@@ -191,9 +190,30 @@ class PipelineView:
     @property
     def restore_marker(self) -> RestoreMarker | None:
         """The pipeline's ``_restore`` marker, read once per view."""
-        if not self._restore:
-            self._restore.append(read(self.store, self.layout.restore, RestoreMarker))
-        return self._restore[0]
+        return self.marker(self.layout.restore, RestoreMarker)
+
+    def marker(self, key: str, cls: type[T]) -> T | None:
+        """The pipeline marker under ``key`` (``_restore``, ``_stopped``, ``_cancelled``,
+        ``_failures_reset``) decoded as ``cls``, or None: read once per view."""
+        if key not in self._markers:
+            self._markers[key] = read(self.store, key, cls)
+        return self._markers[key]  # type: ignore[no-any-return]
+
+    def prefetch(self) -> PipelineView:
+        """Read at once what a trigger decides on: the four markers and the head's
+        ``_metadata`` (its start offsets), each a round trip that depends on no other."""
+        layout = self.layout
+        reads: list[Callable[[], object]] = [
+            partial(self.marker, layout.restore, RestoreMarker),
+            partial(self.marker, layout.stopped, StopRecord),
+            partial(self.marker, layout.cancelled, CancelRecord),
+            partial(self.marker, layout.failures_reset, FailuresReset),
+        ]
+        head = self.head
+        if head is not None and self.records[head].status is CheckpointStatus.COMPLETED:
+            reads.append(partial(self.metadata, head))
+        each(lambda load: load(), reads)
+        return self
 
 
 def scan(store: ObjectStore, layout: Layout, cache: RecordCache | None = None) -> PipelineView:

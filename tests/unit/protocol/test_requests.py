@@ -109,3 +109,29 @@ def test_the_lists_of_an_epoch_do_not_grow_with_its_subtasks(h, tmp_path) -> Non
     two = lists_of_an_epoch(h, 2)
     h.store = FileStore((tmp_path / "other").as_uri())
     assert lists_of_an_epoch(h, 16) == two
+
+
+def test_an_epoch_reads_each_record_once_and_nothing_it_wrote(h) -> None:
+    store = recording(h)
+    coord = h.coordinator()
+    expected = tasks(3)
+    for end in (5, 9):  # the second epoch is counted: it has a previous checkpoint
+        store.log.clear()
+        cid = coord.trigger(expected, {TP0: end}, h.startup({TP0: 0})).checkpoint_id
+        plan = coord.plan(cid)
+        for task in expected:
+            record_ack(store, h.layout, cid, Ack(task, plan.attempt, (), {}, 5))
+        coord.complete(cid)
+        coord.notify(cid)
+
+    gets = Counter(key for op, key in store.log if op == "GET")
+    # Write-once records once; the restore marker, which a restore replaces, fresh for the
+    # trigger and again for retention (what it keeps).
+    assert {key: n for key, n in gets.items() if n > 1} == {h.layout.restore: 2}
+    written = {key for op, key in store.log if op == "PUT_IF_ABSENT" and "/acks/" not in key}
+    assert written & set(gets) == set()
+    # The trigger's own run is attempt 1: no marker; its listing serves the plan.
+    assert plan.attempt == 1
+    assert not [key for op, key in store.log if "_attempt-" in key]
+    assert store.kinds()["LIST"] == 5  # start, the trigger's race check, complete, notify,
+    # retention
