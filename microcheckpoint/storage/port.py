@@ -21,9 +21,11 @@ Keys are ``/``-separated paths relative to the store's root URL.
 from __future__ import annotations
 
 import abc
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
@@ -47,6 +49,20 @@ R = TypeVar("R")
 # connections by default).
 CONCURRENCY = 8
 
+# One pool per process, made on first use: starting threads costs about 2 ms each on a busy
+# 2-core machine, more than a request to a local S3 server. A process forked after it was
+# made (a Spark Python worker) makes its own: its parent's threads do not exist there.
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            _POOL = (os.getpid(), ThreadPoolExecutor(CONCURRENCY, thread_name_prefix="storage"))
+        return _POOL[1]
+
 
 def each(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     """``fn`` of every item, up to ``CONCURRENCY`` at a time; results in the items' order.
@@ -55,12 +71,13 @@ def each(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     retention deletes): on S3 each is a round trip of several milliseconds, so n of them
     cost about one instead of n. Every call finishes before the first error is raised.
     Stores must allow calls from several threads (the file store and boto3's client do).
+    Not for calls that use ``each`` themselves (they would wait for the pool they hold).
     """
     work = list(items)
     if len(work) <= 1:
         return [fn(item) for item in work]
-    with ThreadPoolExecutor(min(CONCURRENCY, len(work))) as pool:
-        futures = [pool.submit(fn, item) for item in work]
+    futures = [_pool().submit(fn, item) for item in work]
+    wait(futures)
     return [future.result() for future in futures]
 
 
