@@ -6,7 +6,9 @@ Workloads (a keyed count merged into state, ``groupBy(key).count()``):
 - ``1m``: epochs of 1,000,000 records over 10,000 keys;
 - ``1m_keys``: a state of 1,000,000 keys (primed by one untimed epoch), then epochs of
   100,000 records touching 10,000 of them (1%);
-- ``empty``: an epoch with no new file.
+- ``empty``: an epoch with no new file;
+- ``s3_empty``: the same with the engine's checkpoints on S3 (SeaweedFS, started here): the
+  protocol's requests are all an empty epoch does (``seconds.s3_empty_epoch``).
 
 Spark Structured Streaming (SS) runs ``readStream.parquet(folder).groupBy("key").count()``
 with ``Trigger.AvailableNow``, the RocksDB state store with changelog checkpointing and a
@@ -121,13 +123,22 @@ class Engine:
 
     name = "ours"
 
-    def __init__(self, spark: Any, folder: Folder, root: Path, name: str) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        folder: Folder,
+        root: Path,
+        name: str,
+        store: Any = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
         from microcheckpoint.config import CheckpointConfig
         from microcheckpoint.engine import FileSource, Pipeline, running_sum
         from microcheckpoint.storage import FileStore
 
         self.spark = spark
-        self.store = FileStore((root / "checkpoints").as_uri())
+        self.store = store or FileStore((root / "checkpoints").as_uri())
+        self.store_options = store_options
         self.pipeline = Pipeline(name, FileSource("files", folder.path.as_uri())).then(
             running_sum("counts", key="key")
         )
@@ -143,6 +154,7 @@ class Engine:
             self.store,
             bootstrap="",
             parallelism=PARALLELISM,
+            store_options=self.store_options,
         )
 
     def state(self) -> dict[str, int]:
@@ -218,6 +230,37 @@ def empty_epochs(spark: Any, rounds: int) -> dict[str, Any]:
         seconds = alternate(systems, rounds, lambda r: None)
         return {"median": {k: round(statistics.median(v), 3) for k, v in seconds.items()}}
     finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def s3_empty_epochs(spark: Any, epochs: int) -> dict[str, Any]:
+    """Empty epochs of the engine with its checkpoints on SeaweedFS (``make demo``'s S3
+    server, on loopback), after one file was read and a few untimed empty ones."""
+    from harness.services import start_seaweedfs
+    from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
+
+    root = Path(tempfile.mkdtemp(prefix="bench-s3-empty-"))
+    service, s3 = start_seaweedfs(root)
+    try:
+        client = make_client(s3.url, s3.region, s3.access_key, s3.secret_key)
+        ensure_bucket(client, "bench-empty")
+        options = {
+            "endpoint_url": s3.url,
+            "region": s3.region,
+            "access_key": s3.access_key,
+            "secret_key": s3.secret_key,
+        }
+        folder = Folder(root)
+        folder.write(keys_for(0, 1_000, 100, 0))
+        store = S3Store(client, "bench-empty", "checkpoints")
+        engine = Engine(spark, folder, root, "s3-empty", store, options)
+        for _ in range(4):
+            engine.epoch()
+        seconds = [timed(engine.epoch) for _ in range(epochs)]
+        return {"epochs": epochs, "seconds": [round(x, 3) for x in seconds],
+                "median": round(statistics.median(seconds), 3)}  # fmt: skip
+    finally:
+        service.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -331,6 +374,7 @@ def run(rounds: int, memory_rounds: int, only: list[str]) -> dict[str, Any]:
     try:
         results = {name: workload(spark, name, rounds) for name in only}
         results["empty"] = empty_epochs(spark, rounds)
+        results["s3_empty"] = s3_empty_epochs(spark, max(15, 3 * rounds))
     finally:
         spark.stop()
     if memory_rounds:

@@ -36,6 +36,9 @@ TARGETS = {
     "vs_spark_ss_1m_keys": "<= 1.0",
     "reader_vs_kafka_python": ">= 0.9",
     "empty_epoch": "<= 0.1 s",
+    "s3_empty_epoch": "<= 0.15 s",
+    "s3_list_per_epoch": "p2 = p8",
+    "s3_sequential_round_trips": "<= 4",
     "airflow_checkpoint_p50_connect": "<= 5 s",
     "memory_vs_spark_ss": "<= 1.2",
     "nexmark_q5": "<= 1.0",
@@ -56,6 +59,21 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def s3_counts() -> dict[str, int]:
+    """An epoch's S3 requests at parallelism 2 and 8 (one partition), from the results of
+    ``bench.s3_requests``, which ``make bench`` runs first: its LISTs, and its requests that
+    did not overlap in time (observed through the logging proxy)."""
+    with open(RESULTS / "s3_requests.json") as file:
+        found = {(r["partitions"], r["parallelism"]): r for r in json.load(file)["results"]}
+    return {
+        "s3_list_per_epoch_p2": found[(1, 2)]["kinds"]["LIST"],
+        "s3_list_per_epoch_p8": found[(1, 8)]["kinds"]["LIST"],
+        "s3_requests_per_epoch_p2": found[(1, 2)]["total"],
+        "s3_requests_per_epoch_p8": found[(1, 8)]["total"],
+        "s3_sequential_round_trips": found[(1, 2)]["sequential_observed"],
     }
 
 
@@ -86,12 +104,14 @@ def summarize(engine: dict, reader: dict, airflow: dict, nexmark: dict) -> dict[
         },
         "seconds": {
             "empty_epoch": engine["empty"]["median"]["ours"],
+            "s3_empty_epoch": engine["s3_empty"]["median"],
             "empty_epoch_spark_ss": engine["empty"]["median"]["spark_ss"],
             "airflow_checkpoint_p50_connect": airflow["connect"]["p50"]["trigger_to_notified_s"],
             "airflow_checkpoint_p50_local": airflow["local"]["p50"]["trigger_to_notified_s"],
             **{f"{w}_ours": engine[w]["median"]["ours"] for w in ("100k", "1m", "1m_keys")},
             **{f"{w}_spark_ss": engine[w]["median"]["spark_ss"] for w in ("100k", "1m", "1m_keys")},
         },
+        "counts": s3_counts(),
         "peak_rss_mb": memory,
         "peak_pss_mb": proportional,
         "machine": machine(),
@@ -101,7 +121,7 @@ def summarize(engine: dict, reader: dict, airflow: dict, nexmark: dict) -> dict[
 
 def report(latest: dict[str, Any]) -> str:
     """The side-by-side table."""
-    s, r = latest["seconds"], latest["ratios"]
+    s, r, c = latest["seconds"], latest["ratios"], latest["counts"]
     a = latest["details"]["airflow"]
     mem, pss = latest["peak_rss_mb"], latest["peak_pss_mb"]
 
@@ -118,6 +138,13 @@ def report(latest: dict[str, Any]) -> str:
          TARGETS["vs_spark_ss_1m_keys"]],
         ["empty epoch", BEFORE["empty"], sec(s["empty_epoch"]), sec(s["empty_epoch_spark_ss"]),
          "", TARGETS["empty_epoch"]],
+        ["empty epoch, checkpoints on S3 (SeaweedFS)", "0.43 s", sec(s["s3_empty_epoch"]), "",
+         "", TARGETS["s3_empty_epoch"]],
+        ["S3 LISTs per epoch, P = 2 / P = 8", "20 / 32",
+         f"{c['s3_list_per_epoch_p2']} / {c['s3_list_per_epoch_p8']}", "", "",
+         TARGETS["s3_list_per_epoch"]],
+        ["S3 requests one after another, P = 2 (observed)", "89",
+         str(c["s3_sequential_round_trips"]), "", "", TARGETS["s3_sequential_round_trips"]],
         ["Kafka source vs bare kafka-python (1M)", BEFORE["reader"],
          sec(latest["details"]["reader"]["median"]["ours"]),
          sec(latest["details"]["reader"]["median"]["bare_kafka_python"]) + " (bare)",
