@@ -58,10 +58,12 @@ demo-stages: $(STAMP)
 
 # Lint first: CI runs `make test` only, so style is checked there too. Three workers on two
 # cores: much of the suite waits on services (Airflow's scheduler, broker restarts, holds),
-# and a third worker fills that time (docs/testing.md gives the measured times).
+# and a third worker fills that time (docs/testing.md gives the measured times). Files go
+# out in collection order, which tests/conftest.py makes longest first: xdist's default
+# (most tests first) left the longest single-test files for last.
 WORKERS ?= 3
 test: lint browser
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -n $(WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 test-e2e: $(STAMP) browser
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CHROMIUM="$(CHROMIUM)" $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
