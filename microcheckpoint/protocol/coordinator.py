@@ -413,18 +413,12 @@ class CheckpointCoordinator:
         Raises:
             CheckpointNotFound: ``cid`` is not pending, or the state it continues from is gone.
         """
-        # Step 1: the attempt. A checkpoint this coordinator triggered is processed as
-        # attempt 1, which belongs to its trigger (nobody else can hold it: the trigger's
-        # put-if-absent of ``_pending`` was exclusive, and every other run begins 2, 3, ...,
-        # which discards attempt 1's acks), so no marker is written; and the listing the
-        # trigger took after writing ``_pending`` serves step 2 (the base, restore and
-        # barrier were fixed then). Any other run begins a new attempt on a new listing.
-        triggered = self._triggered.pop(cid, None)
-        if triggered is not None:
-            view, attempt = triggered, 1
-        else:
-            view = self.view()
-            attempt = self.begin_attempt(cid, view)
+        # Step 1: the attempt. Its marker is all that changes, so one listing serves both
+        # steps: for a checkpoint this coordinator triggered, the listing its trigger took
+        # after writing ``_pending`` (the base, restore and barrier were fixed then; a racing
+        # attempt only makes ``begin_attempt`` take the next number), else a new one.
+        view = self._triggered.pop(cid, None) or self.view()
+        attempt = self.begin_attempt(cid, view)
         # Step 2: one read of everything the epoch needs.
         return epoch_plan(
             view,

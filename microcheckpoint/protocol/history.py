@@ -52,10 +52,8 @@ ACK_TIMES = ("end_to_end_ms", "sync_ms", "async_ms")
 
 
 def run_attempt(stored: int) -> int:
-    """The attempt as people count it, from 1. Stored attempt 1 belongs to the trigger (a
-    run that triggered its checkpoint processes it as 1); every other processing run begins
-    its own (2, 3, ...), so the first run of a checkpoint triggered by another task (Airflow's
-    trigger task, say) is stored as 2."""
+    """The attempt as people count it, from 1. Stored attempt 1 belongs to the trigger;
+    every processing run begins its own (2, 3, ...), so the first run is stored as 2."""
     return max(1, stored - 1)
 
 

@@ -5,7 +5,7 @@
 - ``_pending``   trigger record (id, time, expected tasks, base, and barrier n: the offset
   range ``[start, end)`` of every source partition), written put-if-absent: allocates n
 - ``_attempt-<k>`` one marker per processing attempt after the first (attempt 1 is
-  implicit: the trigger's own run); acks of older attempts are discarded
+  implicit); acks of older attempts are discarded
 - ``acks/<k>/<uid#subtask>.json`` one ack per task and attempt, written put-if-absent
 - ``_outcome``   COMPLETED or ABORTED (with the reason), written put-if-absent: one outcome only
 - ``_metadata``  the completed checkpoint, written put-if-absent: the commit point (I2)

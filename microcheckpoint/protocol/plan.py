@@ -41,9 +41,8 @@ class EpochPlan:
     Attributes:
         pipeline: the pipeline's name.
         checkpoint_id: the checkpoint (epoch) to process.
-        attempt: this processing attempt: 1 when the coordinator that triggered the
-            checkpoint processes it, else 2, 3, ... (``CheckpointCoordinator.plan``); acks
-            carry it.
+        attempt: this processing attempt (≥ 2: the first run begins attempt 2, see
+            ``CheckpointCoordinator.begin_attempt``); acks carry it.
         barrier: per partition, the offset range ``[start, end)`` to read.
         trigger_time_ms: when the checkpoint was triggered (state TTL is measured in it).
         expected: every task that must acknowledge.

@@ -138,9 +138,8 @@ def test_list_state_survives_rescale_2_to_3_to_1_holding_every_row_once(
 def test_a_re_run_attempt_gives_every_subtask_the_same_rows_and_state(
     spark, kafka_bootstrap, tmp_path
 ):
-    # Attempt 1 of checkpoint 1 (its trigger's own run) runs and acks, then "crashes" before
-    # completing; the next cycle re-runs it as attempt 2, which must write the very same
-    # files.
+    # Attempt 2 of checkpoint 1 runs and acks, then "crashes" before completing; the next
+    # cycle re-runs it as attempt 3, which must write the very same files.
     topic = _topic(kafka_bootstrap, 2)
     produced = _produce(kafka_bootstrap, topic, _records(1, 40))
     name = _name("oprerun")
@@ -154,21 +153,21 @@ def test_a_re_run_attempt_gives_every_subtask_the_same_rows_and_state(
     )
     crashed = run_epoch(spark, pipeline, coordinator.plan(pending.checkpoint_id), store,
                         bootstrap=kafka_bootstrap)  # fmt: skip
-    assert (crashed.checkpoint_id.value, crashed.attempt, crashed.records) == (1, 1, 20)
+    assert (crashed.checkpoint_id.value, crashed.attempt, crashed.records) == (1, 2, 20)
     prefix = Layout(name).chk(CheckpointId(1)) + "state/buffer/"
     files = lambda: {k[len(prefix) :]: store.get(k).data for k in store.list(prefix)}  # noqa: E731
     first = files()
-    assert sorted(first) == ["00000-a00001/operator.json", "00001-a00001/operator.json"]
+    assert sorted(first) == ["00000-a00002/operator.json", "00001-a00002/operator.json"]
 
     results = _cycles(spark, pipeline, config, store, kafka_bootstrap, 2, 2)
     assert [(r.checkpoint_id.value, r.attempt, r.records) for r in results] == [
-        (1, 2, 20),
-        (2, 1, 20),
+        (1, 3, 20),
+        (2, 2, 20),
     ]
     # The re-run's files are byte for byte the crashed attempt's: the same rows per subtask.
     again = files()
-    assert sorted(again) == ["00000-a00002/operator.json", "00001-a00002/operator.json"]
-    assert [again[k.replace("a00001", "a00002")] for k in sorted(first)] == [
+    assert sorted(again) == ["00000-a00003/operator.json", "00001-a00003/operator.json"]
+    assert [again[k.replace("a00002", "a00003")] for k in sorted(first)] == [
         first[k] for k in sorted(first)
     ]
     state = _state(store, name, 2)

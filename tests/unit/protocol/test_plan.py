@@ -12,13 +12,12 @@ from microcheckpoint.state.handles import StateHandle
 from tests.unit.protocol.helpers import AGG, C1, C2, SRC, TASKS, TP0, TP1, ack_all, start
 
 
-def test_the_trigger_s_own_plan_is_attempt_1_of_the_barrier_with_nothing_to_restore(h) -> None:
+def test_the_first_plan_is_attempt_2_of_the_barrier_with_nothing_to_restore(h) -> None:
     coord = h.coordinator(max_parallelism=16)
     start(h, coord, {TP0: 10, TP1: 4})
     plan = coord.plan(C1)
     assert plan.checkpoint_id == C1
-    assert plan.attempt == 1  # attempt 1 belongs to the trigger: no marker written
-    assert not [k for k in h.keys(h.layout.chk(C1)) if "_attempt-" in k]
+    assert plan.attempt == 2
     assert plan.barrier == Barrier({TP0: OffsetRange(0, 10), TP1: OffsetRange(0, 4)})
     assert plan.trigger_time_ms == 1_000_000
     assert plan.expected == frozenset(TASKS)
@@ -29,11 +28,10 @@ def test_the_trigger_s_own_plan_is_attempt_1_of_the_barrier_with_nothing_to_rest
         16,
         "pipe",
     )
-    # Any other plan of it (another task's, or this coordinator's again) begins a new
-    # attempt, whose marker discards attempt 1's acks.
-    assert h.coordinator(max_parallelism=16).plan(C1).attempt == 2
+    # A second plan (this coordinator's, or another task's) is a new attempt of the same
+    # checkpoint.
     assert coord.plan(C1).attempt == 3
-    assert h.keys(h.layout.attempt(C1, 2)) and h.keys(h.layout.attempt(C1, 3))
+    assert h.coordinator(max_parallelism=16).plan(C1).attempt == 4
 
 
 def test_the_plan_restores_the_state_of_the_completed_base(h) -> None:
