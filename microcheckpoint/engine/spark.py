@@ -18,9 +18,6 @@ EPOCH_SETTINGS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "true",
     "spark.sql.adaptive.enabled": "false",
-    # Workers forked from a daemon that imported pyarrow, pandas and the engine once
-    # (engine/worker_daemon.py), instead of each importing them: 0.85 s of CPU per worker.
-    "spark.python.daemon.module": "microcheckpoint.engine.worker_daemon",
 }
 
 
