@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Asset, DeltaDataIntervalTimetable, Param, TriggerRule
 
 from microcheckpoint.config import BarrierPolicy, ExternalizedCleanup
@@ -125,23 +126,24 @@ def pipeline_asset(pipeline: str) -> Asset:
     return Asset(uri=f"microcheckpoint://{pipeline}", name=f"microcheckpoint-{pipeline}")
 
 
-def _epoch_tasks(
-    spec: PipelineSpec, spark: Spark, epoch: dict[str, Any], retention: Any
-) -> tuple[Any, list[Any]]:
-    """The tasks from the Spark epoch to ``retention``: the epoch task and those whose
-    failure aborts the checkpoint."""
+def _epoch_tasks(spec: PipelineSpec, spark: Spark, epoch: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The tasks from the Spark epoch on: the epoch task and those whose failure aborts
+    the checkpoint."""
     timeout_s = spec.config.timeout
     # The task that notifies a completed checkpoint updates the pipeline's Asset, which
     # schedules the DAGs of the stages after it.
     outlets = [pipeline_asset(spec.name)]
     if not isinstance(spark, SparkSubmit):
         # Spark runs in the task: its acks are in when the job returns, so the task
-        # completes and notifies the checkpoint itself (one task start, not four).
+        # completes and notifies the checkpoint itself, and notify enforces retention
+        # (one task start, not five).
         if isinstance(spark, SparkConnect):
             process = ConnectEpochOperator(conn_id=spark.conn_id, outlets=outlets, **epoch)
         else:
             process = LocalEpochOperator(master=spark.master, outlets=outlets, **epoch)
-        process >> retention
+        # A leaf after the epoch, so that a failed epoch fails the run (a run's state is its
+        # leaves'). An EmptyOperator: the scheduler marks it, no worker starts.
+        process >> EmptyOperator(task_id="done")
         return process, [process]
     process = EpochSparkSubmitOperator(
         conn_id=spark.conn_id,
@@ -165,6 +167,7 @@ def _epoch_tasks(
         retries=5,
         retry_delay=timedelta(seconds=10),
     )
+    retention = RetentionOperator(task_id="retention", spec=spec)
     process >> await_acks >> complete >> notify >> retention
     return process, [process, await_acks, complete]
 
@@ -182,10 +185,20 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
     if spec.after is not None:
         schedule = [pipeline_asset(spec.after)]  # each completed upstream checkpoint
     base_wait = config.effective_max_concurrent > 1 and not data_interval
+    one_task = not isinstance(spark, SparkSubmit) and not base_wait
+    # The one-task epoch of a pipeline that is no stage waits for min pause and max
+    # concurrent itself (deferred), so an epoch is one task start; a stage's run waits for
+    # them, then for its inputs' markers, as sensors.
+    gated = one_task and spec.after is None
     if isinstance(spark, SparkSubmit):
-        steps = "trigger (barrier) → Spark epoch → await acks → complete → notify"
+        steps = "trigger (barrier) → Spark epoch → await acks → complete → notify → retention"
     elif base_wait:
         steps = "trigger (barrier) → await base state → Spark epoch, complete and notify"
+    elif gated:
+        steps = (
+            "one task: min pause and max concurrent (deferred while they do not hold), "
+            "trigger (barrier), Spark epoch, complete and notify"
+        )
     else:
         steps = "trigger (barrier), Spark epoch, complete and notify in one task"
     dag = DAG(
@@ -195,16 +208,19 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         max_active_runs=1 if data_interval else config.effective_max_concurrent,
         description=f"checkpointed epochs of pipeline {spec.name}",
         doc_md=(
-            f"Each run is one checkpoint of **{spec.name}**: min pause → max concurrent → "
-            f"{'inputs aligned (upstream ' + spec.after + ') → ' if spec.after else ''}{steps} (timeout {timeout_s:g}s) → retention. Pause this DAG to stop "
+            f"Each run is one checkpoint of **{spec.name}**: "
+            f"{'' if gated else 'min pause → max concurrent → '}"
+            f"{'inputs aligned (upstream ' + spec.after + ') → ' if spec.after else ''}{steps} (timeout {timeout_s:g}s). Pause this DAG to stop "
             f"triggering; resume from a savepoint with `{spec.restore_dag_id}`."
         ),
         **common,
     )
     with dag:
-        gate_pause = MinPauseSensor(task_id="wait_min_pause", spec=spec)
-        gate_concurrency = ConcurrencySensor(task_id="wait_max_concurrent", spec=spec)
-        gate_pause >> gate_concurrency
+        gate_concurrency: Any = None
+        if not gated:
+            gate_pause = MinPauseSensor(task_id="wait_min_pause", spec=spec)
+            gate_concurrency = ConcurrencySensor(task_id="wait_max_concurrent", spec=spec)
+            gate_pause >> gate_concurrency
         if spec.after is not None:
             # A stage: wait, deferred, until its inputs have the upstream's markers, so the
             # trigger cuts at once instead of holding a worker slot while it waits.
@@ -217,36 +233,41 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             "checkpoint_id": CID,
             "execution_timeout": timedelta(seconds=timeout_s),
         }
-        retention = RetentionOperator(task_id="retention", spec=spec)
-        if not isinstance(spark, SparkSubmit) and not base_wait:
+        if one_task:
             # One task places the barrier and runs the epoch: no task start between them.
             # The barrier comes after the task's start, so the checkpoint's own timeout
             # (checked when the job returns) must come first: the task gets 60 s more.
+            # (A deferred wait for the gate does not count against execution_timeout.)
             epoch.update(
                 checkpoint_id=None,
                 trigger=True,
+                gate=gated,
                 execution_timeout=timedelta(seconds=timeout_s + 60),
                 **TRIGGER_RETRY,
             )
             cid = CID_IN_EPOCH
-            process, failing = _epoch_tasks(spec, spark, epoch, retention)
-            gate_concurrency >> process
+            process, failing = _epoch_tasks(spec, spark, epoch)
             # The checkpoint timeout runs beside the epoch, in the triggerer only: it
-            # learns the id from the epoch task's XCom once the barrier is placed.
-            gate_concurrency >> CheckpointTimeoutSensor(
+            # learns the id from the epoch task's XCom once the barrier is placed. Its
+            # own bound covers the epoch task's tries, and in a gated task the gate's
+            # wait (the min pause, or one checkpoint of another run's timeout).
+            waits = config.min_pause + timeout_s if gated else 0
+            deadline = CheckpointTimeoutSensor(
                 task_id="checkpoint_timeout",
                 spec=spec,
                 id_task="process_epoch",
                 id_key="checkpoint_id",
-                timeout=(timeout_s + 65) * (1 + TRIGGER_RETRY["retries"]) + 60,
+                timeout=(timeout_s + 65) * (1 + TRIGGER_RETRY["retries"]) + 60 + waits,
             )
+            if gate_concurrency is not None:
+                gate_concurrency >> [process, deadline]
         else:
             cid = CID
             trigger = TriggerCheckpointOperator(
                 task_id="trigger_checkpoint", spec=spec, **TRIGGER_RETRY
             )
             gate_concurrency >> trigger
-            process, failing = _epoch_tasks(spec, spark, epoch, retention)
+            process, failing = _epoch_tasks(spec, spark, epoch)
             failing.insert(0, trigger)
             trigger >> CheckpointTimeoutSensor(
                 task_id="checkpoint_timeout",

@@ -102,6 +102,12 @@ def run_labels(context: Any) -> dict[str, str]:
     return {"dag_id": context["dag"].dag_id, "run_id": context["run_id"]}
 
 
+# The check a gated epoch task waits for: min pause and max concurrent (checks.KINDS),
+# and how its log lines name it.
+GATE = "concurrency"
+GATE_LABEL = "min pause and max concurrent"
+
+
 class PipelineOperator(BaseOperator):
     """Base: a pipeline's spec, its storage and coordinator, and the checkpoint id."""
 
@@ -226,12 +232,30 @@ class LocalEpochOperator(PipelineOperator):
     The id goes to XCom (key ``checkpoint_id``) at once, for ``abort_on_failure``. A failure
     before the barrier is retried; once the checkpoint exists, a failure fails the task
     without retries, so the checkpoint is aborted and the next run triggers anew.
+
+    With ``gate=True`` the task is its run's first: it refuses a conf with any key, then
+    waits for Flink's minimum pause and maximum concurrent checkpoints (the check of
+    ``ConcurrencySensor``: expired checkpoints aborted first; suspended: skipped; stopped by
+    the failure policy: failed). When they hold, it goes on at once; when not, it defers to
+    the triggerer (no worker slot) and goes on when they do. One task start per epoch instead
+    of three.
+
+    After notifying, the task logs the replay warnings of the retained points
+    (``warn_replayability``); retention itself ran in notify.
     """
 
-    def __init__(self, *, master: str = "local[2]", trigger: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        master: str = "local[2]",
+        trigger: bool = False,
+        gate: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.master = master
         self.trigger = trigger
+        self.gate = gate
 
     def session(self) -> Any:
         from microcheckpoint.engine.spark import local_spark
@@ -239,6 +263,40 @@ class LocalEpochOperator(PipelineOperator):
         return local_spark(self.master, app=f"microcheckpoint-{self.spec.name}")
 
     def execute(self, context: Any) -> dict[str, Any]:
+        if self.gate:
+            from microcheckpoint_airflow.checks import CheckState, run_check
+            from microcheckpoint_airflow.triggers import CheckpointConditionTrigger
+
+            refuse_unknown_conf(context)
+            config, options = self.spec.config_mapping, self.store_options()
+            check = run_check(GATE, config, options)
+            if check.state is CheckState.WAIT:
+                self.log.info("%s: %s; deferring", GATE_LABEL, check.message)
+                self.defer(
+                    trigger=CheckpointConditionTrigger(GATE, config, options, None, 1.0),
+                    method_name="execute_after_gate",
+                )
+            self._end_of_gate(check)
+        return self.run(context)
+
+    def execute_after_gate(
+        self, context: Any, event: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Back from the triggerer: the gate's answer, then the epoch."""
+        from microcheckpoint_airflow.checks import Check
+
+        if event is None:
+            raise AirflowFailException(f"{GATE_LABEL}: the trigger ended without an answer")
+        self._end_of_gate(Check.from_event(event))
+        return self.run(context)
+
+    def _end_of_gate(self, check: Any) -> None:
+        from microcheckpoint_airflow.sensors import end_of_check
+
+        end_of_check(self, GATE_LABEL, check)
+
+    def run(self, context: Any) -> dict[str, Any]:
+        """Trigger (with ``trigger=True``), process, complete and notify."""
         coord = self.coordinator()
         pipeline = self.load_pipeline()
         if not self.trigger:
@@ -282,6 +340,10 @@ class LocalEpochOperator(PipelineOperator):
         )
         completed = _complete(coord, result.checkpoint_id)
         _notify(self, coord, pipeline, result.checkpoint_id)
+        try:
+            warn_replayability(self, coord)
+        except Exception as exc:  # the checkpoint is committed: a warning must not fail it
+            self.log.warning("replayability check did not run: %s", exc)
         return {"attempt": result.attempt, **completed}
 
 
@@ -418,25 +480,26 @@ class RetentionOperator(PipelineOperator):
         enforce_retention(coord.store, coord.layout, self.spec.config.retained)
         kept = [c.value for c in coord.view().completed]
         self.log.info("retained checkpoints: %s", kept)
-        self.warn_replayability(coord)
+        warn_replayability(self, coord)
         return kept
 
-    def warn_replayability(self, coord: CheckpointCoordinator) -> None:
-        """Log the replay warnings of the pipeline's retained points (see docs/operations.md)."""
-        from microcheckpoint.adapters.kafka_replay import replay_warnings
-        from microcheckpoint.protocol.replay import kafka_positions, retained_points
 
-        pipeline = coord.config.pipeline
-        if not kafka_positions(retained_points(coord.store, pipeline)):
-            return  # nothing read from Kafka: no Kafka connection needed
-        try:
-            bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
-            warnings = replay_warnings(coord.store, pipeline, bootstrap)
-        except MicrocheckpointError as exc:
-            self.log.warning("replayability check did not run: %s", exc)
-            return
-        for warning in warnings:
-            self.log.warning("replayability: %s", warning["message"])
+def warn_replayability(task: PipelineOperator, coord: CheckpointCoordinator) -> None:
+    """Log the replay warnings of the pipeline's retained points (see docs/operations.md)."""
+    from microcheckpoint.adapters.kafka_replay import replay_warnings
+    from microcheckpoint.protocol.replay import kafka_positions, retained_points
+
+    pipeline = coord.config.pipeline
+    if not kafka_positions(retained_points(coord.store, pipeline)):
+        return  # nothing read from Kafka: no Kafka connection needed
+    try:
+        bootstrap = KafkaHook(task.spec.kafka_conn_id).bootstrap_servers()
+        warnings = replay_warnings(coord.store, pipeline, bootstrap)
+    except MicrocheckpointError as exc:
+        task.log.warning("replayability check did not run: %s", exc)
+        return
+    for warning in warnings:
+        task.log.warning("replayability: %s", warning["message"])
 
 
 class AbortCheckpointOperator(PipelineOperator):

@@ -50,11 +50,23 @@ __all__ = [
     "ConcurrencySensor",
     "MinPauseSensor",
     "QuietSensor",
+    "end_of_check",
 ]
 
 
 def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def end_of_check(task: Any, kind: str, check: Check) -> bool:
+    """What a check means for ``task``: FAIL fails it (no retries), SKIP skips it, else
+    log; True when READY."""
+    if check.state is CheckState.FAIL:
+        raise AirflowFailException(check.message)
+    if check.state is CheckState.SKIP:
+        raise AirflowSkipException(check.message)
+    task.log.info("%s: %s", kind, check.message)
+    return check.state is CheckState.READY
 
 
 class CheckpointSensor(BaseSensorOperator):
@@ -108,12 +120,7 @@ class CheckpointSensor(BaseSensorOperator):
                 probe.close()
 
     def _finish(self, check: Check) -> bool:
-        if check.state is CheckState.FAIL:
-            raise AirflowFailException(check.message)
-        if check.state is CheckState.SKIP:
-            raise AirflowSkipException(check.message)
-        self.log.info("%s: %s", self.kind, check.message)
-        return check.state is CheckState.READY
+        return end_of_check(self, self.kind, check)
 
     def poke(self, context: Any) -> bool:
         return self._finish(self._check())

@@ -9,7 +9,7 @@ connections are resolved by the sensor, in the worker.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from airflow.triggers.base import (
@@ -31,6 +31,21 @@ __all__ = ["CheckpointConditionTrigger", "CheckpointDeadlineTrigger"]
 
 # Task states after which a task pushes no more XCom.
 FINISHED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+
+
+# The deadline trigger's first poll delay; each next one is POLL_STEP_S longer, up to the
+# trigger's poll interval: a short epoch is seen decided within about a quarter second (the
+# DAG run ends with this task), a long one costs one poll per interval.
+FIRST_POLL_S = 0.25
+POLL_STEP_S = 0.05
+
+
+def poll_delays(cap: float) -> Iterator[float]:
+    """The delays between polls: ``FIRST_POLL_S``, growing by ``POLL_STEP_S`` up to ``cap``."""
+    delay = min(FIRST_POLL_S, cap)
+    while True:
+        yield delay
+        delay = min(cap, delay + POLL_STEP_S)
 
 
 class CheckpointConditionTrigger(BaseTrigger):
@@ -93,8 +108,9 @@ class CheckpointDeadlineTrigger(BaseTrigger):
     Steps: 1. resolve the storage options from connection ``storage_conn_id`` (here, in the
     triggerer: the kwargs come from the DAG and carry no secret); 2. wait for the id the
     task ``id_task`` pushes to XCom (key ``id_key``) once it placed the barrier; when that
-    task ends without one, skip; 3. poll ``check_deadline`` every ``poll_interval`` until
-    the checkpoint is decided, aborting it as EXPIRED at its deadline.
+    task ends without one, skip; 3. poll ``check_deadline`` until the checkpoint is
+    decided, aborting it as EXPIRED at its deadline. Polls come quickly at first and slow
+    down to one per ``poll_interval`` (``poll_delays``).
 
     Ends the task without a worker: success (completed in time), failure (expired: the
     message is logged), skipped (no checkpoint, or aborted for another reason).
@@ -168,6 +184,7 @@ class CheckpointDeadlineTrigger(BaseTrigger):
         options = await asyncio.to_thread(self.store_options)
         # Step 2: the XCom is asked for only once the task runs (Airflow logs each miss).
         cid = None
+        delays = poll_delays(self.poll_interval)
         while cid is None:
             state = await self.id_task_state()
             if state == "running" or state in FINISHED:
@@ -177,13 +194,14 @@ class CheckpointDeadlineTrigger(BaseTrigger):
                 yield TaskSkippedEvent()
                 return
             if cid is None:
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(next(delays))
         # Step 3
         check_deadline = await asyncio.to_thread(deadline_checker, self.config, options)
+        delays = poll_delays(self.poll_interval)
         while True:
             check = await asyncio.to_thread(check_deadline, cid)
             if check.state is CheckState.WAIT:
-                await asyncio.sleep(self.poll_interval)
+                await asyncio.sleep(next(delays))
                 continue
             if check.state is CheckState.READY:
                 self.log.info("%s", check.message)

@@ -126,33 +126,35 @@ def test_roots_and_dag_ids() -> None:
 
 # ---- the pipeline DAG ------------------------------------------------------------------------
 
-# Spark in the task (local, Connect): the epoch task triggers, completes and notifies itself.
+# Spark in the task (local, Connect): one task waits for min pause and max concurrent
+# (deferred while they do not hold), triggers, runs the epoch, completes and notifies
+# (notify enforces retention).
 CHAIN = {
-    "wait_min_pause": ([], ["wait_max_concurrent"]),
-    "wait_max_concurrent": (["wait_min_pause"], ["checkpoint_timeout", "process_epoch"]),
-    "process_epoch": (["wait_max_concurrent"], ["abort_on_failure", "retention"]),
+    "process_epoch": ([], ["abort_on_failure", "done"]),
     # Beside the epoch: the checkpoint timeout, in the triggerer.
-    "checkpoint_timeout": (["wait_max_concurrent"], []),
-    "retention": (["process_epoch"], []),
+    "checkpoint_timeout": ([], []),
     "abort_on_failure": (["process_epoch"], []),
+    # The run's outcome: a failed epoch leaves it upstream_failed, so the run fails.
+    "done": (["process_epoch"], []),
 }
 
-# A separate trigger task: the barrier is placed, then the epoch runs (two task starts).
+# A separate trigger task: the gates as sensors, the barrier is placed, then the epoch runs.
 TRIGGER_CHAIN = {
-    **CHAIN,
+    "wait_min_pause": ([], ["wait_max_concurrent"]),
     "wait_max_concurrent": (["wait_min_pause"], ["trigger_checkpoint"]),
     "trigger_checkpoint": (
         ["wait_max_concurrent"],
         ["abort_on_failure", "checkpoint_timeout", "process_epoch"],
     ),
     "checkpoint_timeout": (["trigger_checkpoint"], []),
-    "process_epoch": (["trigger_checkpoint"], ["abort_on_failure", "retention"]),
+    "process_epoch": (["trigger_checkpoint"], ["abort_on_failure", "done"]),
     "abort_on_failure": (["process_epoch", "trigger_checkpoint"], []),
+    "done": (["process_epoch"], []),
 }
 
 # spark-submit: the job runs elsewhere, so sensors and tasks wait for its acks and commit.
 SUBMIT_CHAIN = {
-    **TRIGGER_CHAIN,
+    **{k: v for k, v in TRIGGER_CHAIN.items() if k != "done"},
     "process_epoch": (["trigger_checkpoint"], ["abort_on_failure", "await_acks"]),
     "await_acks": (["process_epoch"], ["abort_on_failure", "complete_checkpoint"]),
     "complete_checkpoint": (["await_acks"], ["abort_on_failure", "notify_checkpoint"]),
@@ -184,13 +186,14 @@ def test_pipeline_dag_chain_with_one_checkpoint_in_flight() -> None:
     assert rules.pop("abort_on_failure") == TriggerRule.ONE_FAILED
     assert set(rules.values()) == {TriggerRule.ALL_SUCCESS}
     process = dag.get_task("process_epoch")
-    assert (process.trigger, process.checkpoint_id) == (True, None)
+    assert (process.trigger, process.gate, process.checkpoint_id) == (True, True, None)
     assert dag.get_task("abort_on_failure").checkpoint_id == CID_IN_EPOCH
     assert (process.retries, process.retry_delay) == (3, timedelta(seconds=5))
     # The timeout sensor starts and ends in the triggerer; its kwargs carry no secret, and
-    # its wait covers the epoch task's four tries before a barrier: 4 * (120 + 65) + 60 s.
+    # its wait covers the epoch task's four tries before a barrier, 4 * (120 + 65) + 60 s,
+    # and the gate's wait: min pause (0) and one other checkpoint's timeout (120 s).
     sensor = dag.get_task("checkpoint_timeout")
-    assert (sensor.start_from_trigger, sensor.timeout) == (True, 800.0)
+    assert (sensor.start_from_trigger, sensor.timeout) == (True, 920.0)
     assert sensor.start_trigger_args.trigger_kwargs == {
         "config": make_spec().config_mapping,
         "storage_conn_id": "microcheckpoint_storage",
@@ -198,7 +201,7 @@ def test_pipeline_dag_chain_with_one_checkpoint_in_flight() -> None:
         "id_key": "checkpoint_id",
         "poll_interval": 1.0,
     }
-    assert sensor.start_trigger_args.timeout == timedelta(seconds=800)
+    assert sensor.start_trigger_args.timeout == timedelta(seconds=920)
 
 
 def test_spark_submit_epochs_await_acks_then_complete_and_notify() -> None:
@@ -226,7 +229,7 @@ def test_pipeline_dag_with_two_checkpoints_in_flight_awaits_the_base_state() -> 
         ["abort_on_failure", "await_base_state", "checkpoint_timeout"],
     )
     expected["await_base_state"] = (["trigger_checkpoint"], ["abort_on_failure", "process_epoch"])
-    expected["process_epoch"] = (["await_base_state"], ["abort_on_failure", "retention"])
+    expected["process_epoch"] = (["await_base_state"], ["abort_on_failure", "done"])
     expected["abort_on_failure"] = (
         ["await_base_state", "process_epoch", "trigger_checkpoint"],
         [],
