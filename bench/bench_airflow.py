@@ -6,7 +6,8 @@ Airflow (PostgreSQL metadata database, LocalExecutor), then ``--runs`` times: pr
 lines of the word count example, triggers ``wordcount_pipeline`` through the REST API and
 waits for the run. Measured per checkpoint, from storage: trigger → completed (the global
 ack) and trigger → notified (sinks published, offsets committed); and from Airflow: the DAG
-run's wall time and the time spent inside its tasks (the rest is scheduling and task start).
+run's wall time and the time spent inside its tasks (the rest is scheduling and task start),
+and each task's timeline (queued, started, ended: seconds after the trigger request).
 The first run of each mode is a warm-up and is left out.
 
 Run: ``.venv/bin/python -m bench.bench_airflow``; ``run`` returns the figures for
@@ -46,6 +47,16 @@ def _inside_tasks(api: Any, run_id: str) -> float:
     return total
 
 
+def _timeline(api: Any, run_id: str, t0: float) -> dict[str, list[float | None]]:
+    """Each task's [queued, started, ended], seconds after ``t0`` (the trigger request)."""
+    path = f"/api/v2/dags/wordcount_pipeline/dagRuns/{urllib.parse.quote(run_id)}/taskInstances"
+    out: dict[str, list[float | None]] = {}
+    for ti in api.get(path)["task_instances"]:
+        marks = [_seconds(ti.get(k)) for k in ("queued_when", "start_date", "end_date")]
+        out[ti["task_id"]] = [None if m is None else round(m - t0, 2) for m in marks]
+    return out
+
+
 def _checkpoint_times(store: Any, cid: int) -> tuple[float, float]:
     """(trigger → completed, trigger → notified) of checkpoint ``cid``, in seconds."""
     from microcheckpoint.ids import CheckpointId
@@ -63,8 +74,9 @@ def _checkpoint_times(store: Any, cid: int) -> tuple[float, float]:
     return (meta.completed_time_ms - trigger) / 1000, (notified.at_ms - trigger) / 1000
 
 
-def measure(mode: str, runs: int) -> dict[str, Any]:
-    """``runs`` checkpoints (plus a warm-up) through Airflow in Spark mode ``mode``."""
+def measure(mode: str, runs: int, idle_sleep: float = 0.25) -> dict[str, Any]:
+    """``runs`` checkpoints (plus a warm-up) through Airflow in Spark mode ``mode``, the
+    scheduler sleeping ``idle_sleep`` seconds after a loop that found nothing to do."""
     from examples import wordcount
     from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
     from microcheckpoint.protocol.history import checkpoint_history
@@ -87,6 +99,9 @@ def measure(mode: str, runs: int) -> dict[str, Any]:
             "WORDCOUNT_INTERVAL": "1h",  # runs are triggered here, one at a time
             "WORDCOUNT_RETAINED": "3",
             "MICROCHECKPOINT_SPARK_MODE": mode,
+            # docs/airflow.md's setting for short epochs (Airflow's default is 1 s): a task
+            # after another, and the run's end, within a quarter second.
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": str(idle_sleep),
         }
         airflow = start_airflow(
             root / "airflow",
@@ -106,10 +121,11 @@ def measure(mode: str, runs: int) -> dict[str, Any]:
             for i in range(runs):
                 lines = wordcount.lines_for(LINES, seed=100 + i)
                 wordcount.produce(stack.kafka_bootstrap, "lines", lines, create=False)
-                start = time.perf_counter()
+                t0 = time.time()
                 run_id = api.trigger("wordcount_pipeline")
-                state = api.wait_run("wordcount_pipeline", run_id, 600)
-                wall = time.perf_counter() - start
+                state = api.wait_run("wordcount_pipeline", run_id, 600, poll=0.2)
+                # From the trigger request to the run's end as Airflow recorded it.
+                wall = _seconds(api.run("wordcount_pipeline", run_id)["end_date"]) - t0
                 if state != "success":
                     raise SystemExit(f"{mode}: run {run_id} ended {state}; logs in {root}")
                 cid = checkpoint_history(store, "wordcount")["latest_completed"]
@@ -121,6 +137,7 @@ def measure(mode: str, runs: int) -> dict[str, Any]:
                         "trigger_to_notified_s": round(notified, 2),
                         "dag_run_wall_s": round(wall, 2),
                         "inside_tasks_s": round(_inside_tasks(api, run_id), 2),
+                        "tasks": _timeline(api, run_id, t0),
                     }
                 )
                 print(f"  {mode}: {rows[-1]}", flush=True)
@@ -131,7 +148,7 @@ def measure(mode: str, runs: int) -> dict[str, Any]:
         "p50": {
             key: round(statistics.median(r[key] for r in rows), 2)
             for key in rows[0]
-            if key != "checkpoint"
+            if key not in ("checkpoint", "tasks")
         },
     }
 
@@ -147,16 +164,19 @@ def _wait_idle(api: Any, timeout: float = 600) -> None:
     raise SystemExit("the warm-up run of wordcount_pipeline did not end")
 
 
-def run(runs: int, modes: list[str]) -> dict[str, Any]:
-    return {mode: measure(mode, runs) for mode in modes}
+def run(runs: int, modes: list[str], idle_sleep: float = 0.25) -> dict[str, Any]:
+    return {mode: measure(mode, runs, idle_sleep) for mode in modes}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--modes", nargs="+", default=["connect", "local"])
+    parser.add_argument(
+        "--idle-sleep", type=float, default=0.25, help="[scheduler] scheduler_idle_sleep_time"
+    )
     args = parser.parse_args(argv)
-    print(run(args.runs, args.modes))
+    print(run(args.runs, args.modes, args.idle_sleep))
     return 0
 
 

@@ -147,15 +147,16 @@ class AirflowClient:
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}")
 
-    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300.0) -> str:
-        """Until the run ends; returns ``success`` or ``failed``."""
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300.0, poll: float = 1.0) -> str:
+        """Until the run ends (asking every ``poll`` seconds); returns ``success`` or
+        ``failed``."""
         deadline = time.monotonic() + timeout
         state = ""
         while time.monotonic() < deadline:
             state = self.run(dag_id, run_id)["state"]
             if state in TERMINAL:
                 return state
-            time.sleep(1)
+            time.sleep(poll)
         raise ServiceError(f"run {run_id} of {dag_id} still {state} after {timeout:.0f}s")
 
     def quiesce(self, dag_id: str, timeout: float = 300.0) -> list[str]:
@@ -337,9 +338,6 @@ def airflow_environment(
         # A local stack: an API error shows its database cause instead of a lookup id.
         "AIRFLOW__API__EXPOSE_STACKTRACE": "True",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-        # docs/airflow.md's setting for short epochs: a task after another starts within a
-        # quarter second, not one (the scheduler sleeps this long when a loop found nothing).
-        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),

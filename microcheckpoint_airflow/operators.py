@@ -263,21 +263,22 @@ class LocalEpochOperator(PipelineOperator):
         return local_spark(self.master, app=f"microcheckpoint-{self.spec.name}")
 
     def execute(self, context: Any) -> dict[str, Any]:
+        coord = self.coordinator()
         if self.gate:
-            from microcheckpoint_airflow.checks import CheckState, run_check
+            from microcheckpoint_airflow.checks import KINDS, CheckState
             from microcheckpoint_airflow.triggers import CheckpointConditionTrigger
 
             refuse_unknown_conf(context)
-            config, options = self.spec.config_mapping, self.store_options()
-            check = run_check(GATE, config, options)
+            check = KINDS[GATE](coord, None)
             if check.state is CheckState.WAIT:
                 self.log.info("%s: %s; deferring", GATE_LABEL, check.message)
+                config, options = self.spec.config_mapping, self.store_options()
                 self.defer(
                     trigger=CheckpointConditionTrigger(GATE, config, options, None, 1.0),
                     method_name="execute_after_gate",
                 )
             self._end_of_gate(check)
-        return self.run(context)
+        return self.run(context, coord)
 
     def execute_after_gate(
         self, context: Any, event: dict[str, Any] | None = None
@@ -295,9 +296,9 @@ class LocalEpochOperator(PipelineOperator):
 
         end_of_check(self, GATE_LABEL, check)
 
-    def run(self, context: Any) -> dict[str, Any]:
+    def run(self, context: Any, coord: CheckpointCoordinator | None = None) -> dict[str, Any]:
         """Trigger (with ``trigger=True``), process, complete and notify."""
-        coord = self.coordinator()
+        coord = coord or self.coordinator()
         pipeline = self.load_pipeline()
         if not self.trigger:
             return self.process(self.cid(), coord, pipeline)  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """Refuse a run whose conf has a key its DAG does not declare, in the run's first task.
 
 Every DAG the factory makes calls ``refuse_unknown_conf`` first in its first task, before
-anything is written: the pipeline DAG's ``wait_min_pause`` sensor, the savepoint DAG's
+anything is written: the pipeline DAG's ``process_epoch`` (or its ``wait_min_pause`` sensor
+when the gates are sensors), the savepoint DAG's
 ``validate_target``, the restore DAG's ``validate_point``, and the global savepoint and
 global restore DAGs' first tasks. A new DAG's first operator does the same in its
 ``execute``::

@@ -648,6 +648,15 @@ def test_a_person_logs_in_and_reads_the_checkpoints_page_in_a_browser(world: Wor
             replay = answer.json()["replay_warnings"]
             assert replay and {w["severity"] for w in replay} == {"soon"}
             assert page.get_attribute("[data-replay]", "data-replay") == str(len(replay))
+            # The epoch task logs them too, after notifying (no retention task runs).
+            logs = world.airflow.home / "logs" / "dag_id=wordcount_hourly_pipeline"
+            logged = [
+                line
+                for log in logs.glob("run_id=*/task_id=process_epoch/attempt=*.log")
+                for line in log.read_text().splitlines()
+                if "replayability: " in line
+            ]
+            assert logged and all("retention.ms" in line for line in logged), logs
             served = {r["id"]: r for r in answer.json()["checkpoints"]}
             assert "corrupt" in served[3]["error"] and "error" not in served[2]
             missing = page.request.get(base + "/microcheckpoint/api/pipelines/nope")
