@@ -6,6 +6,9 @@ Workloads (a keyed count merged into state, ``groupBy(key).count()``):
 - ``1m``: epochs of 1,000,000 records over 10,000 keys;
 - ``1m_keys``: a state of 1,000,000 keys (primed by one untimed epoch), then epochs of
   100,000 records touching 10,000 of them (1%);
+- ``udf_100k``: the ``100k`` epochs twice in this engine, alternating: the built-in
+  ``running_sum`` (a Spark SQL aggregate merged with the state) against the same count as
+  a user's ``KeyedOperator(fn=...)`` (Python per key): ``ratios.udf_vs_builtin_100k``;
 - ``empty``: an epoch with no new file;
 - ``s3_empty``: the same with the engine's checkpoints on S3 (SeaweedFS, started here): the
   protocol's requests are all an empty epoch does (``seconds.s3_empty_epoch``).
@@ -131,17 +134,20 @@ class Engine:
         name: str,
         store: Any = None,
         store_options: dict[str, Any] | None = None,
+        user_fn: bool = False,
     ) -> None:
         from microcheckpoint.config import CheckpointConfig
-        from microcheckpoint.engine import FileSource, Pipeline, running_sum
+        from microcheckpoint.engine import FileSource, KeyedOperator, Pipeline, running_sum
         from microcheckpoint.storage import FileStore
 
         self.spark = spark
-        self.store = store or FileStore((root / "checkpoints").as_uri())
+        self.store = store or FileStore((root / f"checkpoints-{name}").as_uri())
         self.store_options = store_options
-        self.pipeline = Pipeline(name, FileSource("files", folder.path.as_uri())).then(
-            running_sum("counts", key="key")
-        )
+        counts = running_sum("counts", key="key")
+        if user_fn:
+            # The same count as a user writes it: the function, no Spark SQL aggregate.
+            counts = KeyedOperator("counts", "key", count_rows, "key string, total long")
+        self.pipeline = Pipeline(name, FileSource("files", folder.path.as_uri())).then(counts)
         self.config = CheckpointConfig.from_mapping({"pipeline": name, "storage": self.store.url})
 
     def epoch(self) -> None:
@@ -161,6 +167,12 @@ class Engine:
         from microcheckpoint.state.reader import read_keyed_state
 
         return read_keyed_state(self.store, self.pipeline.name, "counts")
+
+
+def count_rows(key: Any, rows: list[dict[str, Any]], state: Any) -> tuple[list[dict], Any]:
+    """A user's keyed function: the key's running count."""
+    total = (state or 0) + len(rows)
+    return [{"key": key, "total": total}], total
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -213,6 +225,35 @@ def workload(spark: Any, name: str, rounds: int) -> dict[str, Any]:
             "seconds": {k: [round(s, 3) for s in v] for k, v in seconds.items()},
             "median": {k: round(statistics.median(v), 3) for k, v in seconds.items()},
             "state_keys_checked": len(state),
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def udf_workload(spark: Any, rounds: int) -> dict[str, Any]:
+    """The ``100k`` epochs through the built-in count and through a user's function, both
+    checked against the input's true counts."""
+    records, key_space, _ = WORKLOADS["100k"]
+    root = Path(tempfile.mkdtemp(prefix="bench-udf-"))
+    try:
+        folder = Folder(root)
+        builtin = Engine(spark, folder, root, "builtin")
+        user = Engine(spark, folder, root, "udf", user_fn=True)
+        builtin.name, user.name = "builtin", "udf"
+        seconds = alternate(
+            [builtin, user], rounds, lambda r: folder.write(keys_for(r, records, key_space, 0))
+        )
+        for system in (builtin, user):
+            if system.state() != dict(folder.truth):
+                raise SystemExit(f"udf_100k: the {system.name} pipeline's state is wrong")
+        median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
+        return {
+            "records": records,
+            "keys": key_space,
+            "rounds": rounds,
+            "seconds": {k: [round(s, 3) for s in v] for k, v in seconds.items()},
+            "median": median,
+            "ratio": round(median["udf"] / median["builtin"], 3),
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -373,6 +414,7 @@ def run(rounds: int, memory_rounds: int, only: list[str]) -> dict[str, Any]:
     spark = session()
     try:
         results = {name: workload(spark, name, rounds) for name in only}
+        results["udf_100k"] = udf_workload(spark, rounds)
         results["empty"] = empty_epochs(spark, rounds)
         results["s3_empty"] = s3_empty_epochs(spark, max(15, 3 * rounds))
     finally:
