@@ -4,8 +4,8 @@
    ``airflow standalone`` (SQLite, LocalExecutor) with the project's ``dags/`` and
    the installed package's plugin; prints the UI address and login.
 2. Produces lines of text to a 2-partition topic and unpauses ``wordcount_pipeline``:
-   every run is one checkpoint (min pause → max concurrent → trigger → Spark epoch →
-   await acks → complete → notify → retention); progress is printed as checkpoints land.
+   every run is one checkpoint, one task (min pause and max concurrent, trigger, Spark
+   epoch, complete, notify with retention); progress is printed as checkpoints land.
 3. Triggers ``wordcount_savepoint`` with ``stop=true`` through the REST API, as the UI's
    form does: triggering stops, the savepoint is taken, the pipeline DAG is paused.
 4. Produces more lines, triggers ``wordcount_restore`` from that savepoint: the DAG is
