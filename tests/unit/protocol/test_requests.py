@@ -89,8 +89,10 @@ def test_a_late_ack_in_a_decided_checkpoint_is_deleted_by_retention(h) -> None:
     assert coord.view().records[first].status is CheckpointStatus.COMPLETED
 
 
-def lists_of_an_epoch(h, subtasks: int) -> int:
-    """The LISTs of one epoch (trigger, an ack per task, complete, notify) after a first."""
+def second_epoch_logged(h, subtasks: int):
+    """Two epochs (trigger, an ack per task, complete, notify); the recording store, its log
+    holding the second epoch's requests (it has a previous checkpoint), and that epoch's
+    plan."""
     store = recording(h)
     coord = h.coordinator()
     expected = tasks(subtasks)
@@ -102,6 +104,12 @@ def lists_of_an_epoch(h, subtasks: int) -> int:
             record_ack(store, h.layout, cid, Ack(task, plan.attempt, (), {}, 5))
         coord.complete(cid)
         coord.notify(cid)
+    return store, plan
+
+
+def lists_of_an_epoch(h, subtasks: int) -> int:
+    """The LISTs of one epoch after a first."""
+    store, _ = second_epoch_logged(h, subtasks)
     return store.kinds()["LIST"]
 
 
@@ -112,18 +120,7 @@ def test_the_lists_of_an_epoch_do_not_grow_with_its_subtasks(h, tmp_path) -> Non
 
 
 def test_an_epoch_reads_each_record_once_and_nothing_it_wrote(h) -> None:
-    store = recording(h)
-    coord = h.coordinator()
-    expected = tasks(3)
-    for end in (5, 9):  # the second epoch is counted: it has a previous checkpoint
-        store.log.clear()
-        cid = coord.trigger(expected, {TP0: end}, h.startup({TP0: 0})).checkpoint_id
-        plan = coord.plan(cid)
-        for task in expected:
-            record_ack(store, h.layout, cid, Ack(task, plan.attempt, (), {}, 5))
-        coord.complete(cid)
-        coord.notify(cid)
-
+    store, plan = second_epoch_logged(h, 3)
     gets = Counter(key for op, key in store.log if op == "GET")
     # Write-once records once; the restore marker, which a restore replaces, fresh for the
     # trigger and again for retention (what it keeps).
