@@ -22,7 +22,7 @@ from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.records import AbortReason, PendingRecord, read
 from microcheckpoint.protocol.recovery import alignment_wait
-from microcheckpoint.protocol.view import CheckpointStatus
+from microcheckpoint.protocol.view import CheckpointStatus, PipelineView
 
 __all__ = ["AlignmentProbe", "Check", "CheckState", "KINDS", "deadline_checker", "run_check"]
 
@@ -52,8 +52,10 @@ def _coordinator(config: dict[str, Any], store_options: dict[str, Any]) -> Check
     return CheckpointCoordinator(open_store(cfg.storage, **store_options), cfg)
 
 
-def _gate(coord: CheckpointCoordinator, waits: tuple[Verdict, ...]) -> Check:
-    decision = coord.trigger_decision()
+def _gate(
+    coord: CheckpointCoordinator, waits: tuple[Verdict, ...], view: PipelineView | None = None
+) -> Check:
+    decision = coord.trigger_decision(view)
     if decision.verdict is Verdict.SUSPENDED:
         return Check(CheckState.SKIP, decision.reason)
     if decision.verdict is Verdict.STOPPED:
@@ -72,9 +74,12 @@ def check_min_pause(coord: CheckpointCoordinator, cid: CheckpointId | None) -> C
 
 
 def check_concurrency(coord: CheckpointCoordinator, cid: CheckpointId | None) -> Check:
-    """Fewer than max_concurrent checkpoints in flight (expired ones are aborted first)."""
-    coord.abort_expired()
-    return _gate(coord, (Verdict.WAIT_MAX_CONCURRENT, Verdict.WAIT_MIN_PAUSE))
+    """Fewer than max_concurrent checkpoints in flight (expired ones are aborted first).
+    One listing serves both steps unless an abort changed what it shows."""
+    view = coord.view()
+    if coord.abort_expired(view):
+        view = coord.view()
+    return _gate(coord, (Verdict.WAIT_MAX_CONCURRENT, Verdict.WAIT_MIN_PAUSE), view)
 
 
 def expire_if_late(coord: CheckpointCoordinator, cid: CheckpointId) -> Check | None:

@@ -491,9 +491,10 @@ class CheckpointCoordinator:
                     other, AbortReason.BASE_ABORTED, f"continued from aborted checkpoint {cid}"
                 )
 
-    def abort_expired(self) -> list[CheckpointId]:
-        """Abort every pending checkpoint older than the checkpoint timeout."""
-        view = self.view()
+    def abort_expired(self, view: PipelineView | None = None) -> list[CheckpointId]:
+        """Abort every pending checkpoint older than the checkpoint timeout (as ``view``,
+        a listing of now, shows them)."""
+        view = view or self.view()
         now, timeout = self.now_ms(), int(self.config.timeout * 1000)
         expired = [c for c in view.pending if now - view.trigger_time_ms(c) > timeout]
         return [
