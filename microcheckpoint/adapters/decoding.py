@@ -20,6 +20,7 @@ __all__ = [
     "VALUE_FORMATS",
     "SourceRecord",
     "check_value_format",
+    "decode_json_columns",
     "decode_record",
     "decode_value",
 ]
@@ -29,6 +30,8 @@ SCHEMA_TYPES = ("string", "long", "double", "boolean")
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _INTEGER = re.compile(r"-?[0-9]+")  # strings a long field accepts (JSON integer syntax)
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")  # and a double field
+# The Arrow type of each schema type (``decode_json_columns``).
+_ARROW_TYPES = {"string": "string", "long": "int64", "double": "float64", "boolean": "bool"}
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,59 @@ def decode_record(record: SourceRecord, fmt: str, schema: dict[str, str] | None 
             f"{record.partition} cannot be decoded as value_format {fmt!r}: {exc}; fix the "
             "producer, or change value_format / value_schema"
         ) from exc
+
+
+def decode_json_columns(
+    values: list[bytes | None], schema: dict[str, str]
+) -> dict[str, Any] | None:
+    """The ``schema``'s fields of JSON ``values`` as Arrow arrays, decoded in bulk by Arrow's
+    JSON reader; None when that cannot be sure to equal ``decode_value`` per value, and the
+    caller decodes value by value (which also names a record that does not decode).
+
+    Bulk decoding is taken only when its rows are the per-value results: every value is valid
+    UTF-8 and non-blank, holds no newline, byte order mark, ``NaN`` or ``Infinity`` (Arrow's
+    reader accepts those, strict JSON does not), and gives exactly one row; Arrow's reader
+    refuses what would need a conversion here (a number for a string field, a string holding
+    a number, an integral float for a long), a field given twice and any syntax error, so
+    those values go value by value. A null value (a tombstone) gives a row of nulls, as per
+    value.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    if not values:
+        return None
+    raw = pc.fill_null(pa.array(values, pa.binary()), b"{}")
+    try:
+        text = raw.cast(pa.string())  # validates UTF-8
+    except pa.ArrowInvalid:
+        return None
+    if (
+        pc.min(pc.utf8_length(pc.utf8_trim_whitespace(text))).as_py() == 0
+        or pc.any(pc.match_substring_regex(text, r"\n|NaN|Infinity|\x{FEFF}")).as_py()
+    ):
+        return None
+    arrow = pa.schema(
+        [(name, pa.type_for_alias(_ARROW_TYPES[kind])) for name, kind in schema.items()]
+    )
+    options = pj.ParseOptions(explicit_schema=arrow, unexpected_field_behavior="ignore")
+    joined = b"\n".join(v if v is not None else b"{}" for v in values)
+    try:
+        table = pj.read_json(
+            pa.BufferReader(joined),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(joined) + 1),
+            parse_options=options,
+        )
+    except pa.ArrowInvalid:
+        return None
+    if table.num_rows != len(values):
+        return None
+    columns = {name: table.column(name).combine_chunks() for name in schema}
+    for name, kind in schema.items():
+        if kind == "double" and pc.all(pc.is_finite(columns[name])).as_py() is False:
+            return None
+    return columns
 
 
 def _refuse_constant(name: str) -> Any:

@@ -14,7 +14,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from microcheckpoint.adapters.decoding import check_value_format, decode_record
+from microcheckpoint.adapters.decoding import (
+    check_value_format,
+    decode_json_columns,
+    decode_record,
+)
 from microcheckpoint.errors import KafkaSourceError
 from microcheckpoint.faults import Faults
 
@@ -136,9 +140,15 @@ class KafkaSplitReader:
             else [[]] * n,
         }
         if self.value_format == "json" and self.schema:
-            decoded = [decode_record(r, "json", self.schema) for r in self._records(records)]
-            for name in self.schema:  # a field named like a record column replaces it
-                columns[name] = [d[name] if d else None for d in decoded]
+            # In bulk when that equals value by value, else value by value (naming the record
+            # that does not decode); a field named like a record column replaces it.
+            bulk = decode_json_columns(fields["value"], self.schema)
+            if bulk is not None:
+                columns.update(bulk)
+            else:
+                decoded = [decode_record(r, "json", self.schema) for r in self._records(records)]
+                for name in self.schema:
+                    columns[name] = [d[name] if d else None for d in decoded]
         elif self.value_format == "bytes":
             columns["value"] = fields["value"]
         else:
