@@ -47,8 +47,20 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def json_value(i: int, size: int) -> bytes:
+    """Record ``i``'s value: a JSON object of about ``size`` bytes, ``{"key": "k<i % 10000>",
+    "seq": i, "pad": "x..."}`` (``JSON_SCHEMA``)."""
+    head = b'{"key":"k%d","seq":%d,"pad":"' % (i % 10_000, i)
+    return head + b"x" * max(size - len(head) - 2, 0) + b'"}'
+
+
+# The schema a JSON source reads ``json_value``'s records with.
+JSON_SCHEMA = {"key": "string", "seq": "long", "pad": "string"}
+
+
 def produce(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> None:
-    """Create ``topic`` and produce ``records`` values of ``size`` bytes round-robin."""
+    """Create ``topic`` and produce ``records`` JSON values (``json_value``) of ``size``
+    bytes round-robin."""
     from kafka import KafkaProducer
 
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
@@ -60,8 +72,7 @@ def produce(bootstrap: str, topic: str, partitions: int, records: int, size: int
     )
     try:
         for i in range(records):
-            value = (b"%010d" % i).ljust(size, b"x")
-            producer.send(topic, value=value, partition=i % partitions)
+            producer.send(topic, value=json_value(i, size), partition=i % partitions)
         producer.flush()
     finally:
         producer.close()

@@ -9,6 +9,8 @@ Workloads (a keyed count merged into state, ``groupBy(key).count()``):
 - ``udf_100k``: the ``100k`` epochs twice in this engine, alternating: the built-in
   ``running_sum`` (a Spark SQL aggregate merged with the state) against the same count as
   a user's ``KeyedOperator(fn=...)`` (Python per key): ``ratios.udf_vs_builtin_100k``;
+- ``kafka_100k``: the ``100k`` epochs read from Kafka (JSON values on Tansu, started here)
+  against the same records read from Parquet files: ``ratios.kafka_vs_file_100k``;
 - ``empty``: an epoch with no new file;
 - ``s3_empty``: the same with the engine's checkpoints on S3 (SeaweedFS, started here): the
   protocol's requests are all an empty epoch does (``seconds.s3_empty_epoch``).
@@ -135,19 +137,22 @@ class Engine:
         store: Any = None,
         store_options: dict[str, Any] | None = None,
         user_fn: bool = False,
+        source: Any = None,
+        bootstrap: str = "",
     ) -> None:
         from microcheckpoint.config import CheckpointConfig
         from microcheckpoint.engine import FileSource, KeyedOperator, Pipeline, running_sum
         from microcheckpoint.storage import FileStore
 
-        self.spark = spark
+        self.spark, self.bootstrap = spark, bootstrap
         self.store = store or FileStore((root / f"checkpoints-{name}").as_uri())
         self.store_options = store_options
         counts = running_sum("counts", key="key")
         if user_fn:
             # The same count as a user writes it: the function, no Spark SQL aggregate.
             counts = KeyedOperator("counts", "key", count_rows, "key string, total long")
-        self.pipeline = Pipeline(name, FileSource("files", folder.path.as_uri())).then(counts)
+        source = source or FileSource("files", folder.path.as_uri())
+        self.pipeline = Pipeline(name, source).then(counts)
         self.config = CheckpointConfig.from_mapping({"pipeline": name, "storage": self.store.url})
 
     def epoch(self) -> None:
@@ -158,7 +163,7 @@ class Engine:
             self.pipeline,
             self.config,
             self.store,
-            bootstrap="",
+            bootstrap=self.bootstrap,
             parallelism=PARALLELISM,
             store_options=self.store_options,
         )
@@ -256,6 +261,68 @@ def udf_workload(spark: Any, rounds: int) -> dict[str, Any]:
             "ratio": round(median["udf"] / median["builtin"], 3),
         }
     finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def kafka_workload(spark: Any, rounds: int) -> dict[str, Any]:
+    """The ``100k`` epochs read from Kafka (JSON values, ``{"key": ..., "seq": ...}``, two
+    partitions on Tansu, started here) against the same records read from Parquet files,
+    both into the built-in count: ``ratios.kafka_vs_file_100k``. Each round produces the
+    records to the topic and writes them to a file before the clock; both states are checked
+    against the input's true counts."""
+    import json as json_lib
+
+    from confluent_kafka import Producer
+
+    from harness.services import start_tansu
+    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+    from microcheckpoint.engine import KafkaSource
+
+    records, key_space, _ = WORKLOADS["100k"]
+    root = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
+    tansu = start_tansu(root)
+    try:
+        topic = "bench-kafka"
+        with KafkaOffsets(tansu.address) as kafka:
+            kafka.create_topic(topic, PARALLELISM)
+        producer = Producer({"bootstrap.servers": tansu.address, "linger.ms": 20})
+        folder = Folder(root)
+        source = KafkaSource(
+            "kafka", [topic], value_format="json", schema={"key": "string", "seq": "long"}
+        )
+        file = Engine(spark, folder, root, "from-files")
+        kafka = Engine(spark, folder, root, "from-kafka", source=source, bootstrap=tansu.address)
+        file.name, kafka.name = "file", "kafka"
+
+        def before(round_no: int) -> None:
+            keys = keys_for(round_no, records, key_space, 0)
+            for seq, key in enumerate(keys):
+                value = json_lib.dumps({"key": key, "seq": seq}).encode()
+                while True:
+                    try:
+                        producer.produce(topic, value, partition=seq % PARALLELISM)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+            if producer.flush(60):
+                raise SystemExit("kafka_100k: records not delivered in 60 s")
+            folder.write(keys)
+
+        seconds = alternate([file, kafka], rounds, before)
+        for system in (file, kafka):
+            if system.state() != dict(folder.truth):
+                raise SystemExit(f"kafka_100k: the {system.name} pipeline's state is wrong")
+        median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
+        return {
+            "records": records,
+            "keys": key_space,
+            "rounds": rounds,
+            "seconds": {k: [round(s, 3) for s in v] for k, v in seconds.items()},
+            "median": median,
+            "ratio": round(median["kafka"] / median["file"], 3),
+        }
+    finally:
+        tansu.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -409,14 +476,25 @@ def memory(rounds: int, epochs: int) -> dict[str, Any]:
     }
 
 
-def run(rounds: int, memory_rounds: int, only: list[str]) -> dict[str, Any]:
-    """Every workload, the empty epoch and (unless ``memory_rounds`` is 0) peak memory."""
+# The measurements beside the workloads against SS: name -> run(spark, rounds).
+EXTRAS: dict[str, Callable[[Any, int], dict[str, Any]]] = {
+    "udf_100k": udf_workload,
+    "kafka_100k": kafka_workload,
+    "empty": empty_epochs,
+    "s3_empty": lambda spark, rounds: s3_empty_epochs(spark, max(15, 3 * rounds)),
+}
+
+
+def run(
+    rounds: int, memory_rounds: int, only: list[str], extras: list[str] | None = None
+) -> dict[str, Any]:
+    """The workloads ``only``, the ``extras`` (all by default) and (unless ``memory_rounds``
+    is 0) peak memory."""
     spark = session()
     try:
         results = {name: workload(spark, name, rounds) for name in only}
-        results["udf_100k"] = udf_workload(spark, rounds)
-        results["empty"] = empty_epochs(spark, rounds)
-        results["s3_empty"] = s3_empty_epochs(spark, max(15, 3 * rounds))
+        for name in EXTRAS if extras is None else extras:
+            results[name] = EXTRAS[name](spark, rounds)
     finally:
         spark.stop()
     if memory_rounds:
@@ -429,13 +507,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--memory-rounds", type=int, default=2)
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--extras", nargs="*", default=list(EXTRAS), choices=EXTRAS)
     parser.add_argument("--memory-of", choices=["spark_ss", "ours"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_of:
         print(json.dumps(memory_of(args.memory_of, epochs=2)))
         return 0
-    print(json.dumps(run(args.rounds, args.memory_rounds, args.workloads), indent=2))
+    result = run(args.rounds, args.memory_rounds, args.workloads, args.extras)
+    print(json.dumps(result, indent=2))
     return 0
 
 
