@@ -158,9 +158,10 @@ class ValueFunction(KeyedProcessFunction):
 class _Key:
     """One key's state, timers and context while the subtask runs."""
 
-    def __init__(self, ck: str, kg: int, stored: Any, timers: Iterable, function, times, push):
+    def __init__(
+        self, ck: str, kg: int, stored: Any, timers: Iterable, function, times, push, descriptors
+    ):
         self.ck, self.kg = ck, kg
-        descriptors = {d.name: d for d in function.states}
         if function.bare:  # the row is the value itself
             stored = None if stored is None else {"s": {"value": [stored, 0]}}
         self.state = KeyState(descriptors, stored, times.processing_ms)
@@ -242,6 +243,7 @@ def run_function(
         wanted.setdefault(kg_of[ck], set()).add(ck)
     before = load({kg: sorted(cks) for kg, cks in wanted.items()})
     keys: dict[str, _Key] = {}
+    descriptors = {d.name: d for d in function.states}
 
     def push(ts: int, domain: str, ck: str) -> None:
         if is_due(ts, domain):
@@ -251,7 +253,7 @@ def run_function(
         if ck not in keys:
             stored = before.get(ck, (None, 0))[0]
             timers = timer_maps.get(kg_of[ck], {}).get(ck, [])
-            keys[ck] = _Key(ck, kg_of[ck], stored, timers, function, times, push)
+            keys[ck] = _Key(ck, kg_of[ck], stored, timers, function, times, push, descriptors)
         return keys[ck]
 
     # Step 3: process, in key order.
