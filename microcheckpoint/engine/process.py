@@ -177,6 +177,34 @@ class _Key:
         return self.state.stored()
 
 
+def _run_value_function(
+    function: ValueFunction,
+    by_key: Mapping[str, Rows],
+    kg_of: Mapping[str, int],
+    load: Callable[[Mapping[int, Iterable[str]]], dict[str, tuple[Any, int]]],
+    put: Callable[[int, str, Any], None],
+    delete: Callable[[int, str], None],
+) -> Rows:
+    """``run_function`` of ``fn(key, rows, state)`` when no row can be late: no timers, no
+    late counts, one value per key, so each key is ``fn`` of its stored value and the value
+    it returns is stored (None deletes it), in key order, without the per-key handles of
+    the general path (which gives the same result)."""
+    wanted: dict[int, list[str]] = {}
+    for ck in sorted(by_key):
+        wanted.setdefault(kg_of[ck], []).append(ck)
+    before = load(wanted)
+    outputs: Rows = []
+    for ck in sorted(by_key):
+        stored = before.get(ck)
+        result, new = function.fn(json.loads(ck), by_key[ck], None if stored is None else stored[0])
+        outputs += _outputs(result)
+        if new is not None:
+            put(kg_of[ck], ck, new)
+        elif stored is not None:
+            delete(kg_of[ck], ck)
+    return outputs
+
+
 def _is_late(value: Any, watermark: int) -> bool:
     """A row is late when its event time is at or below the watermark (no time: on time)."""
     ms = event_ms(value)
@@ -212,6 +240,10 @@ def run_function(
         load: ``{kg: [canonical keys]} -> {key: (stored, updated_ms)}`` before this epoch.
         load_groups: the same, by key group (for the keys every group has: timers, late).
     """
+    if isinstance(function, ValueFunction) and (
+        times.event_column is None or times.watermark_before is None
+    ):
+        return _run_value_function(function, by_key, kg_of, load, put, delete)
     bare = function.bare
     # Step 1: timers and late counts of every owned key group.
     timer_maps: dict[int, dict[str, list]] = {}

@@ -147,6 +147,45 @@ def test_a_plain_fn_keeps_the_bare_layout_and_deletes_on_none() -> None:
     assert store.groups[0] == {}
 
 
+class _GeneralValueFunction(KeyedProcessFunction):
+    """``ValueFunction``'s behaviour, through the general path (per-key handles)."""
+
+    states = (value_state("value"),)
+    bare = True
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def process(self, key, rows, ctx):
+        value = ctx.state("value")
+        outputs, new = self.fn(key, rows, value.value())
+        value.update(new)
+        return outputs
+
+
+def test_a_plain_fn_gives_what_the_general_path_gives() -> None:
+    """``run_function`` takes a short path for ``fn(key, rows, state)``: the same outputs,
+    stored values and deletions as the general path, epoch after epoch."""
+
+    def fn(key, rows, state):
+        seen = (state or []) + [r["v"] for r in rows]
+        out = [{"key": key, "n": len(seen), "first": seen[0]}]
+        return out, (None if len(seen) % 4 == 0 else seen)  # every 4th row clears the key
+
+    short, general = Store(), Store()
+    for epoch in range(6):
+        rows = {
+            k: [{"v": epoch * 100 + i} for i in range((epoch + len(str(k))) % 3 + 1)]
+            for k in ["a", "b", 7, ("x", 1), None][epoch % 2 :]
+        }
+        got = short.epoch(ValueFunction(fn), EpochTimes(T + epoch), rows)
+        assert got == general.epoch(_GeneralValueFunction(fn), EpochTimes(T + epoch), rows)
+        assert short.groups == general.groups
+    assert any(short.groups.values()) and not all(
+        len(g) == 5 for g in short.groups.values()
+    )  # both kept and cleared keys were exercised
+
+
 def test_a_non_integer_timer_is_refused_naming_it() -> None:
     class Bad(KeyedProcessFunction):
         def process(self, key, rows, ctx):
