@@ -97,7 +97,7 @@ class KafkaSplitReader:
     value_format: str
     schema: dict[str, str] | None = None
     faults: Faults = field(default_factory=Faults)
-    batch_rows: int = 8192
+    batch_rows: int = 65536
     drop_markers: bool = False  # an internal topic's barrier markers are not rows
     timeout_s: float = 60.0  # a split that makes no progress this long fails (the source's)
 
