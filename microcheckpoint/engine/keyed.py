@@ -13,16 +13,15 @@ router's marker row guarantees the call even when no row reached it) and:
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from microcheckpoint.adapters.stores import open_store
+from microcheckpoint.engine.gc_pause import cyclic_gc_paused
 from microcheckpoint.engine.process import (
     EpochTimes,
     KeyedProcessFunction,
@@ -206,24 +205,6 @@ def _cleaner(function: KeyedProcessFunction, now_ms: int) -> Callable[[str, Any]
     return lambda key, value: value if is_pseudo_key(key) else cleanup(descriptors, value, now_ms)
 
 
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a subtask runs over its rows.
-
-    A subtask allocates a dict per row and objects per key, all acyclic and freed by
-    reference counting; the cyclic collector, run every few hundred allocations, would scan
-    them again and again (measured: about half of a user function's subtask time at 50k
-    rows). Cycles made meanwhile are collected once it runs again.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def process_subtask(
     ctx: OperatorContext, fn: Callable[..., Any], subtask: int, table: pa.Table
 ) -> pa.Table:
@@ -234,7 +215,7 @@ def process_subtask(
     subtask's state; 3. the function (``process.run_function``: ``fn(key, rows, state)``, or
     a ``KeyedProcessFunction`` with its states and timers); 4. snapshot and ack.
     """
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         return _process_subtask(ctx, fn, subtask, table)
 
 
@@ -286,7 +267,7 @@ def merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.T
     Steps: 1. canonical keys; 2. restore those keys; 3. combine each with this epoch's
     aggregate; 4. snapshot and ack.
     """
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         return _merge_aggregate(ctx, subtask, table)
 
 

@@ -19,6 +19,7 @@ from microcheckpoint.adapters.decoding import (
     decode_json_columns,
     decode_record,
 )
+from microcheckpoint.engine.gc_pause import cyclic_gc_paused
 from microcheckpoint.errors import KafkaSourceError
 from microcheckpoint.faults import Faults
 
@@ -102,9 +103,10 @@ class KafkaSplitReader:
     timeout_s: float = 60.0  # a split that makes no progress this long fails (the source's)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                yield from self.read(self.splits[index])
+        with cyclic_gc_paused():  # a message object per record (engine.gc_pause)
+            for batch in batches:
+                for index in batch.column(0).to_pylist():
+                    yield from self.read(self.splits[index])
 
     def read(self, split: Any) -> Iterator[pa.RecordBatch]:
         from microcheckpoint.adapters.kafka_reader import read_split_batches
@@ -215,27 +217,31 @@ class FileReader:
         from microcheckpoint.adapters.stores import open_store
 
         store = open_store(self.url, **self.store_options)
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                name = self.names[index]
-                obj = store.get(name)
-                if obj is None:
-                    raise KafkaSourceError(f"file {store.child_url(name)} of the barrier is gone")
-                if self.format == "parquet":
-                    table = pq.read_table(io.BytesIO(obj.data)).select(self.schema.names)
-                else:
-                    rows = [json.loads(line) for line in obj.data.splitlines() if line.strip()]
-                    table = pa.Table.from_pylist(
-                        [{f: r.get(f) for f in self.schema.names} for r in rows], schema=self.schema
+        with cyclic_gc_paused():  # a dict per jsonl record (engine.gc_pause)
+            for batch in batches:
+                for index in batch.column(0).to_pylist():
+                    name = self.names[index]
+                    obj = store.get(name)
+                    if obj is None:
+                        raise KafkaSourceError(
+                            f"file {store.child_url(name)} of the barrier is gone"
+                        )
+                    if self.format == "parquet":
+                        table = pq.read_table(io.BytesIO(obj.data)).select(self.schema.names)
+                    else:
+                        rows = [json.loads(line) for line in obj.data.splitlines() if line.strip()]
+                        table = pa.Table.from_pylist(
+                            [{f: r.get(f) for f in self.schema.names} for r in rows],
+                            schema=self.schema,
+                        )
+                    table = table.cast(self.schema)
+                    table = table.append_column(
+                        "source_file", pa.repeat(pa.scalar(name, pa.string()), table.num_rows)
                     )
-                table = table.cast(self.schema)
-                table = table.append_column(
-                    "source_file", pa.repeat(pa.scalar(name, pa.string()), table.num_rows)
-                )
-                table = table.append_column(
-                    "source_row", pa.array(np.arange(table.num_rows, dtype=np.int64))
-                )
-                yield from table.to_batches(max_chunksize=self.batch_rows)
+                    table = table.append_column(
+                        "source_row", pa.array(np.arange(table.num_rows, dtype=np.int64))
+                    )
+                    yield from table.to_batches(max_chunksize=self.batch_rows)
 
 
 def source_offsets(source: Any, kafka: Any, store_options: dict[str, Any] | None = None) -> Any:
