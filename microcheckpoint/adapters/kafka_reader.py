@@ -335,17 +335,29 @@ def to_record(message: Any) -> SourceRecord:
     )
 
 
-def batch_columns(batch: list[Any]) -> dict[str, list[Any]]:
+# The fields ``batch_columns`` gives, in this order.
+_FIELDS = ("offset", "timestamp_ms", "key", "value", "headers")
+
+
+def batch_columns(batch: list[Any], names: Iterable[str] | None = None) -> dict[str, list[Any]]:
     """One list per field of the records of ``read_split_batches``: ``offset``,
     ``timestamp_ms``, ``key``, ``value`` and ``headers`` (a list of ``(name, value)`` pairs
-    or None), for a caller that builds columns (the engine's Arrow batches)."""
-    return {
-        "offset": [m.offset() for m in batch],
-        "timestamp_ms": [m.timestamp()[1] for m in batch],
-        "key": [m.key() for m in batch],
-        "value": [m.value() for m in batch],
-        "headers": [m.headers() for m in batch],
-    }
+    or None), or only the fields ``names``, for a caller that builds columns (the engine's
+    Arrow batches)."""
+    wanted = _FIELDS if names is None else [n for n in _FIELDS if n in set(names)]
+    columns = {}
+    for name in wanted:
+        if name == "offset":
+            columns[name] = [m.offset() for m in batch]
+        elif name == "timestamp_ms":
+            columns[name] = [m.timestamp()[1] for m in batch]
+        elif name == "key":
+            columns[name] = [m.key() for m in batch]
+        elif name == "value":
+            columns[name] = [m.value() for m in batch]
+        else:
+            columns[name] = [m.headers() for m in batch]
+    return columns
 
 
 @contextlib.contextmanager

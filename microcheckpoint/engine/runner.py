@@ -118,13 +118,36 @@ def _markers(spark: Any, parallelism: int) -> Any:
     )
 
 
+def read_columns(pipeline: Pipeline) -> tuple[str, ...] | None:
+    """The columns of a Kafka source's rows the pipeline reads, when it reads fewer than
+    all: a built-in aggregation as the first stage reads its key and value columns only
+    (Spark cannot prune columns through the reader's ``mapInArrow``). None: all of them."""
+    source = pipeline.source
+    first = pipeline.stages[0] if pipeline.stages else None
+    if (
+        not isinstance(source, KafkaSource)
+        or source_event_time(source) is not None
+        or not isinstance(first, KeyedOperator)
+        or first.aggregate is None
+    ):
+        return None
+    names = kafka_schema(source.value_format, source.schema)[0].names
+    wanted = {first.key, *([first.aggregate.value] if first.aggregate.value else [])}
+    return tuple(n for n in names if n in wanted) if wanted <= set(names) else None
+
+
 def _kafka_frame(
-    spark: Any, source: KafkaSource, plan: EpochPlan, bootstrap: str, faults: Faults
+    spark: Any,
+    source: KafkaSource,
+    plan: EpochPlan,
+    bootstrap: str,
+    faults: Faults,
+    columns: tuple[str, ...] | None = None,
 ) -> Any | None:
     from microcheckpoint.adapters.kafka_reader import check_splits, split_ranges
     from microcheckpoint.protocol.barrier import Barrier
 
-    _, ddl = kafka_schema(source.value_format, source.schema)
+    _, ddl = kafka_schema(source.value_format, source.schema, columns)
     kafka = Barrier(
         {
             tp: r
@@ -140,6 +163,7 @@ def _kafka_frame(
     reader = KafkaSplitReader(
         bootstrap, tuple(splits), source.value_format, source.schema, faults,
         drop_markers=isinstance(source, StageSource), timeout_s=source.timeout_s,
+        columns=columns,
     )  # fmt: skip
     return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
 
@@ -153,7 +177,7 @@ def _source(
 ) -> Any:
     source = pipeline.source
     if isinstance(source, KafkaSource):
-        return _kafka_frame(spark, source, plan, bootstrap, faults)
+        return _kafka_frame(spark, source, plan, bootstrap, faults, read_columns(pipeline))
     if isinstance(source, FileSource):
         return file_frame(spark, source, _file_names(source, plan), options, faults)
     if isinstance(source, UnionSource):

@@ -46,13 +46,16 @@ def fields_schema(schema: dict[str, str]) -> pa.Schema:
     return pa.schema([(name, _FIELD_TYPES[kind]) for name, kind in schema.items()])
 
 
-def kafka_schema(value_format: str, schema: dict[str, str] | None) -> tuple[pa.Schema, str]:
+def kafka_schema(
+    value_format: str, schema: dict[str, str] | None, columns: tuple[str, ...] | None = None
+) -> tuple[pa.Schema, str]:
     """The Arrow schema of a Kafka source's rows, and the same as a Spark DDL string.
 
     Columns: ``topic, partition, offset, timestamp_ms, key, headers`` and ``value`` (binary
     for ``bytes``, string for ``text`` and ``json``), or, for ``json`` with a schema, its
     fields in its order. A field named like a record column (``key``, say, in the rows an
-    upstream stage wrote) replaces that column.
+    upstream stage wrote) replaces that column. With ``columns``, only those (in this
+    order): what the pipeline reads of the rows (``runner``'s projection).
     """
     check_value_format(value_format, schema)
     fields = [
@@ -68,6 +71,8 @@ def kafka_schema(value_format: str, schema: dict[str, str] | None) -> tuple[pa.S
         fields += [(name, _FIELD_TYPES[kind]) for name, kind in schema.items()]
     else:
         fields.append(("value", pa.binary() if value_format == "bytes" else pa.string()))
+    if columns is not None:
+        fields = [(name, kind) for name, kind in fields if name in columns]
     arrow = pa.schema(fields)
     return arrow, ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in arrow)
 
@@ -101,6 +106,8 @@ class KafkaSplitReader:
     batch_rows: int = 65536
     drop_markers: bool = False  # an internal topic's barrier markers are not rows
     timeout_s: float = 60.0  # a split that makes no progress this long fails (the source's)
+    # only these columns (``kafka_schema``); every value is decoded and checked all the same
+    columns: tuple[str, ...] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with cyclic_gc_paused():  # a message object per record (engine.gc_pause)
@@ -111,7 +118,7 @@ class KafkaSplitReader:
     def read(self, split: Any) -> Iterator[pa.RecordBatch]:
         from microcheckpoint.adapters.kafka_reader import read_split_batches
 
-        arrow, _ = kafka_schema(self.value_format, self.schema)
+        arrow, _ = kafka_schema(self.value_format, self.schema, self.columns)
         records: list[Any] = []
         # The driver checked every split against its partition (``check_splits``).
         fetched = read_split_batches(self.bootstrap, split, check=False, timeout_s=self.timeout_s)
@@ -128,18 +135,18 @@ class KafkaSplitReader:
         column (the topic and partition are the split's)."""
         from microcheckpoint.adapters.kafka_reader import batch_columns
 
-        fields = batch_columns(records)
-        headers = fields["headers"]
+        # The record fields the columns need, and the value always: every record is decoded
+        # (and refused if it does not decode) whether or not its fields are read.
+        decoded_fields = self.schema if self.value_format == "json" and self.schema else {}
+        fields = batch_columns(records, {*arrow.names} - set(decoded_fields) | {"value"})
         n = len(records)
         columns: dict[str, Any] = {
-            "topic": pa.repeat(pa.scalar(split.tp.topic, pa.string()), n),
-            "partition": pa.repeat(pa.scalar(split.tp.partition, pa.int32()), n),
-            "offset": fields["offset"],
-            "timestamp_ms": fields["timestamp_ms"],
-            "key": fields["key"],
-            "headers": [[{"key": k, "value": v} for k, v in h or ()] for h in headers]
-            if any(headers)
-            else [[]] * n,
+            "topic": lambda: pa.repeat(pa.scalar(split.tp.topic, pa.string()), n),
+            "partition": lambda: pa.repeat(pa.scalar(split.tp.partition, pa.int32()), n),
+            "offset": lambda: fields["offset"],
+            "timestamp_ms": lambda: fields["timestamp_ms"],
+            "key": lambda: fields["key"],
+            "headers": lambda: _headers(fields["headers"]),
         }
         if self.value_format == "json" and self.schema:
             # In bulk when that equals value by value, else value by value (naming the record
@@ -155,14 +162,13 @@ class KafkaSplitReader:
             columns["value"] = fields["value"]
         else:
             columns["value"] = self._text(records, fields["value"])
-        return pa.RecordBatch.from_arrays(
-            [
-                values if isinstance(values, pa.Array) else pa.array(values, type=f.type)
-                for f in arrow
-                for values in (columns[f.name],)
-            ],
-            schema=arrow,
-        )
+
+        def column(f: pa.Field) -> pa.Array:
+            values = columns[f.name]
+            values = values() if callable(values) else values
+            return values if isinstance(values, pa.Array) else pa.array(values, type=f.type)
+
+        return pa.RecordBatch.from_arrays([column(f) for f in arrow], schema=arrow)
 
     def _text(self, records: list[Any], raw: list[bytes | None]) -> pa.Array:
         """Values as strict UTF-8 (and, for ``json``, valid JSON), validated in bulk."""
@@ -187,6 +193,13 @@ class KafkaSplitReader:
         from microcheckpoint.adapters.kafka_reader import to_record
 
         return (to_record(r) for r in records)
+
+
+def _headers(headers: list[Any]) -> list[list[dict[str, Any]]]:
+    """The ``headers`` column of records whose headers are ``headers``."""
+    if not any(headers):
+        return [[]] * len(headers)
+    return [[{"key": k, "value": v} for k, v in h or ()] for h in headers]
 
 
 @dataclass(frozen=True)

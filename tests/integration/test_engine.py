@@ -23,7 +23,7 @@ from microcheckpoint.adapters.s3 import S3Store
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine import KafkaSource, KeyedOperator, Pipeline, running_sum
 from microcheckpoint.engine.cycle import run_cycle
-from microcheckpoint.engine.runner import EpochResult, expected_tasks, run_epoch
+from microcheckpoint.engine.runner import EpochResult, expected_tasks, read_columns, run_epoch
 from microcheckpoint.errors import CheckpointNotFound, ConfigError, KafkaSourceError
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
@@ -627,6 +627,40 @@ def test_running_sum_by_a_long_key_column(spark, kafka_bootstrap, tmp_path):
         1: 1 + 4 + 7 + 10,
         2: 2 + 5 + 8 + 11,
     }
+
+
+def test_an_aggregate_reads_only_its_columns_and_every_value_is_still_checked(
+    spark, kafka_bootstrap, tmp_path
+):
+    # A built-in aggregation first: the reader builds only the key and value columns
+    # (read_columns); the state is the fold all the same, and a record whose unread field
+    # does not decode still fails the epoch, naming it, with nothing acked.
+    topic = _topic(kafka_bootstrap, 2)
+    values = [{"n": i % 4, "v": i, "note": f"r{i}", "seq": i} for i in range(40)]
+    _produce(
+        kafka_bootstrap, topic, [(i % 2, json.dumps(v).encode()) for i, v in enumerate(values)]
+    )
+    name = _name("columns")
+    store = FileStore(f"file://{tmp_path}")
+    source = KafkaSource(
+        f"{name}-source", [topic], value_format="json",
+        schema={"note": "string", "seq": "long", "n": "long", "v": "long"},
+    )  # fmt: skip
+    pipeline = Pipeline(name, source).then(running_sum("sum-by-n", key="n", value="v"))
+    assert read_columns(pipeline) == ("n", "v")
+    config = _config(store, name)
+    run_cycle(spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2)
+    truth = {n: sum(v["v"] for v in values if v["n"] == n) for n in range(4)}
+    assert read_keyed_state(store, name, "sum-by-n") == truth
+
+    # valid (the last "note" counts; an array for a string field is its JSON text), then not
+    _produce(kafka_bootstrap, topic, [(1, b'{"n": 1, "v": 5, "note": "x", "note": [1]}')])
+    bad = _produce(kafka_bootstrap, topic, [(1, b'{"n": 1, "v": 5, "seq": "x1"}')])
+    before = sorted(store.list(f"{name}/"))
+    with pytest.raises(Exception, match=f"offset {bad[0][1]} of topic '{topic}' partition 1"):
+        run_cycle(spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2)
+    assert read_keyed_state(store, name, "sum-by-n") == truth
+    assert not [k for k in set(store.list(f"{name}/")) - set(before) if "/acks/" in k]
 
 
 # ---- restore from a savepoint ----------------------------------------------------------------
