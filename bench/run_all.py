@@ -1,11 +1,14 @@
 """``make bench``: every benchmark of the engine in one run, a table, and ``latest.json``.
 
 Runs ``bench_engine`` (this engine vs Spark Structured Streaming on the same Parquet files,
-the empty epoch, peak memory), ``bench_nexmark`` (Nexmark q5 and q7, windows with a
-watermark, vs SS's windowed aggregation), ``bench_reader`` (the Kafka source vs a bare kafka-python
-loop) and ``bench_airflow`` (one checkpoint through Airflow with the Connect server and
-with in-process Spark); prints today's figures beside the ones issue 10 started from, and
-writes ``bench/results/latest.json``.
+a user's function vs the built-in count, a Kafka epoch vs a file epoch, the empty epoch on
+disk and on S3, peak memory), ``bench_nexmark`` (Nexmark q5 and q7, windows with a
+watermark, vs SS's windowed aggregation), ``bench_reader`` (the Kafka source vs bare
+kafka-python and confluent-kafka loops, with and without JSON decoding) and
+``bench_airflow`` (checkpoints through Airflow with the Connect server and with in-process
+Spark); reads the S3 request counts ``bench.s3_requests`` wrote (``make bench`` runs it
+first); prints today's figures beside the ones the issues started from, each with its
+target and whether this run meets it, and writes ``bench/results/latest.json``.
 
 Run: ``make bench`` or ``.venv/bin/python -m bench.run_all [--quick]``.
 """
