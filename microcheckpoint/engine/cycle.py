@@ -1,7 +1,7 @@
 """One whole local cycle: recover, trigger (or re-run), plan, process, complete, notify.
 
 What ``make demo-engine``, the tests and ``spark_jobs/run_epoch.py`` without
-``--checkpoint`` run; Airflow runs the same steps as separate tasks of one DAG run.
+``--checkpoint`` run; Airflow's epoch task (`process_epoch`) runs the same steps in one task.
 """
 
 from __future__ import annotations
