@@ -97,8 +97,11 @@ def s3_counts() -> dict[str, int]:
     }
 
 
-def summarize(engine: dict, reader: dict, airflow: dict, nexmark: dict) -> dict[str, Any]:
-    """The figures of ``latest.json`` from the four benchmarks' results."""
+def summarize(
+    engine: dict, reader: dict, airflow: dict, nexmark: dict, host: dict | None = None
+) -> dict[str, Any]:
+    """The figures of ``latest.json`` from the four benchmarks' results; ``host`` is
+    ``machine()`` as the run started (its load average then)."""
 
     def ratio(name: str) -> float:
         median = engine[name]["median"]
@@ -140,7 +143,7 @@ def summarize(engine: dict, reader: dict, airflow: dict, nexmark: dict) -> dict[
         "counts": s3_counts(),
         "peak_rss_mb": memory,
         "peak_pss_mb": proportional,
-        "machine": machine(),
+        "machine": host or machine(),
         "details": {"engine": engine, "reader": reader, "airflow": airflow, "nexmark": nexmark},
     }
 
@@ -248,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from bench import bench_airflow, bench_engine, bench_nexmark, bench_reader
 
+    host = machine()  # the load average as the run starts
     rounds = 2 if args.quick else 5
     print("engine vs Spark Structured Streaming ...", flush=True)
     engine = bench_engine.run(
@@ -259,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     reader = bench_reader.run(200_000 if args.quick else 1_000_000, 100, 2, 2 if args.quick else 3)
     print("checkpoints through Airflow ...", flush=True)
     airflow = bench_airflow.run(2 if args.quick else 5, ["connect", "local"])
-    latest = summarize(engine, reader, airflow, nexmark)
+    latest = summarize(engine, reader, airflow, nexmark, host)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "latest.json"
     path.write_text(json.dumps(latest, indent=2) + "\n")
