@@ -30,6 +30,13 @@ SCHEMA_TYPES = ("string", "long", "double", "boolean")
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _INTEGER = re.compile(r"-?[0-9]+")  # strings a long field accepts (JSON integer syntax)
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")  # and a double field
+# ``decode_json_columns``: what a value must be, what it must not hold, the bytes of a batch
+# at most, and the field each value is tagged with (a name no producer writes: a value with
+# it has the field twice, which Arrow refuses, and goes value by value).
+_ONE_OBJECT = r"^[ \t\r]*\{.*\}[ \t\r]*$"
+_NOT_IN_BULK = r"\n|NaN|Inf|\x{FEFF}|-0(?:[^.eE0-9]|$)|[0-9]{300}"
+_BULK_MAX_BYTES = 1 << 30
+_ROW = "\x01row"
 # The Arrow type of each schema type (``decode_json_columns``).
 _ARROW_TYPES = {"string": "string", "long": "int64", "double": "float64", "boolean": "bool"}
 
@@ -106,6 +113,8 @@ def decode_value(value: bytes | None, fmt: str, schema: dict[str, str] | None = 
         parsed = json.loads(text, parse_constant=_refuse_constant)
     except ValueError as exc:  # JSONDecodeError, a refused constant, an over-long integer
         raise InvalidValue(f"value is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidValue("value is JSON nested too deeply to decode") from None
     if schema is None:
         return parsed
     if not isinstance(parsed, dict):
@@ -139,44 +148,63 @@ def decode_json_columns(
     JSON reader; None when that cannot be sure to equal ``decode_value`` per value, and the
     caller decodes value by value (which also names a record that does not decode).
 
-    Bulk decoding is taken only when its rows are the per-value results: every value is valid
-    UTF-8 and non-blank, holds no newline, byte order mark, ``NaN`` or ``Infinity`` (Arrow's
-    reader accepts those, strict JSON does not), and gives exactly one row; Arrow's reader
+    Bulk decoding is taken only for values that are one JSON object each, in valid UTF-8,
+    with no newline, byte order mark, ``NaN``, ``Inf`` or ``Infinity`` (Arrow's reader takes
+    those, strict JSON does not), no ``-0`` (an integer zero per value, a negative zero to
+    Arrow), no run of 300 digits (past a double's range, or Python's limit on an integer's
+    digits) and at most 500 brackets (Python's parser has a depth limit); each value is tagged with its
+    index and every row must carry its own, so a row is always its value's. Arrow's reader
     refuses what would need a conversion here (a number for a string field, a string holding
     a number, an integral float for a long), a field given twice and any syntax error, so
     those values go value by value. A null value (a tombstone) gives a row of nulls, as per
     value.
     """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    if not values:
+    n = len(values)
+    if not n:
         return None
     raw = pc.fill_null(pa.array(values, pa.binary()), b"{}")
+    if pc.sum(pc.binary_length(raw)).as_py() > _BULK_MAX_BYTES:
+        return None
     try:
         text = raw.cast(pa.string())  # validates UTF-8
     except pa.ArrowInvalid:
         return None
     if (
-        pc.min(pc.utf8_length(pc.utf8_trim_whitespace(text))).as_py() == 0
-        or pc.any(pc.match_substring_regex(text, r"\n|NaN|Infinity|\x{FEFF}")).as_py()
+        not pc.all(pc.match_substring_regex(text, _ONE_OBJECT)).as_py()
+        or pc.any(pc.match_substring_regex(text, _NOT_IN_BULK)).as_py()
+        or pc.max(pc.count_substring_regex(text, r"[\[{]")).as_py() > 500
     ):
         return None
+    # Each value tagged with its index: {"<_ROW>":i, ...}, then one value per line.
+    rest = pc.replace_substring_regex(text, r"^[ \t\r]*\{", "", max_replacements=1)
+    empty = pc.match_substring_regex(rest, r"^[ \t\r]*\}")
+    index = pc.cast(pa.array(np.arange(n, dtype=np.int64)), pa.string())
+    tagged = pc.binary_join_element_wise(
+        "{" + json.dumps(_ROW) + ":", index, pc.if_else(empty, "", ","), rest, "\n", ""
+    )
+    # the lines, as they lie in the array's data buffer
+    bounds = np.frombuffer(tagged.buffers()[1], np.int32, n + 1 + tagged.offset)[tagged.offset :]
+    start, stop = int(bounds[0]), int(bounds[-1])
     arrow = pa.schema(
-        [(name, pa.type_for_alias(_ARROW_TYPES[kind])) for name, kind in schema.items()]
+        [(_ROW, pa.int64())]
+        + [(name, pa.type_for_alias(_ARROW_TYPES[kind])) for name, kind in schema.items()]
     )
     options = pj.ParseOptions(explicit_schema=arrow, unexpected_field_behavior="ignore")
-    joined = b"\n".join(v if v is not None else b"{}" for v in values)
     try:
         table = pj.read_json(
-            pa.BufferReader(joined),
-            read_options=pj.ReadOptions(use_threads=False, block_size=len(joined) + 1),
+            pa.BufferReader(tagged.buffers()[2].slice(start, stop - start)),
+            read_options=pj.ReadOptions(use_threads=False, block_size=stop - start + 1),
             parse_options=options,
         )
-    except pa.ArrowInvalid:
+    except (pa.ArrowInvalid, OverflowError):
         return None
-    if table.num_rows != len(values):
+    rows = table.column(_ROW)
+    if table.num_rows != n or rows.null_count or not np.array_equal(rows.to_numpy(), np.arange(n)):
         return None
     columns = {name: table.column(name).combine_chunks() for name in schema}
     for name, kind in schema.items():
