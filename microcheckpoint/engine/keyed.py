@@ -127,6 +127,18 @@ def _by_key_in_arrow(
         return None
     if rows.num_rows == 0:
         return {}, {}
+    # Arrow's order is ``_row_order``'s for the sources' own position columns: strings and
+    # integers, no nulls (a user's column of that name may be otherwise: row by row then).
+    for name in order:
+        column = rows.column(name)
+        kind = column.type
+        text = name in ("topic", "source_file")
+        if column.null_count or not (
+            pa.types.is_string(kind) if text else pa.types.is_integer(kind)
+        ):
+            return None
+    if "__key_index" in names or pa.types.is_dictionary(rows.schema.field(key).type):
+        return None
     try:
         encoded = pc.dictionary_encode(rows.column(key).combine_chunks(), null_encoding="encode")
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):

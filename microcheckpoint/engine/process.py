@@ -240,7 +240,7 @@ def run_function(
         load: ``{kg: [canonical keys]} -> {key: (stored, updated_ms)}`` before this epoch.
         load_groups: the same, by key group (for the keys every group has: timers, late).
     """
-    if isinstance(function, ValueFunction) and (
+    if type(function) is ValueFunction and (
         times.event_column is None or times.watermark_before is None
     ):
         return _run_value_function(function, by_key, kg_of, load, put, delete)

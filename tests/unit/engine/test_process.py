@@ -186,6 +186,17 @@ def test_a_plain_fn_gives_what_the_general_path_gives() -> None:
     )  # both kept and cleared keys were exercised
 
 
+def test_a_subclass_of_value_function_keeps_its_own_process() -> None:
+    class Tagged(ValueFunction):
+        def process(self, key, rows, ctx):
+            return [{**row, "tagged": True} for row in super().process(key, rows, ctx)]
+
+    def fn(key, rows, state):
+        return [{"key": key}], len(rows)
+
+    assert Store().epoch(Tagged(fn), EpochTimes(T), {"a": [{}]}) == [{"key": "a", "tagged": True}]
+
+
 def test_a_non_integer_timer_is_refused_naming_it() -> None:
     class Bad(KeyedProcessFunction):
         def process(self, key, rows, ctx):

@@ -101,3 +101,23 @@ def test_nan_keys_go_row_by_row() -> None:
 def test_no_rows(n: int) -> None:
     rows = kafka_rows(1, n, "str")
     assert _by_key_in_arrow(rows, "key") == ({}, {}) == _by_key(rows, "key")
+
+
+def test_position_columns_of_other_types_or_with_nulls_go_row_by_row() -> None:
+    # A JSON field named like a record column replaces it: an integer "topic" sorts as
+    # text row by row ("10" < "9"), so Arrow's numeric order is not taken.
+    keys = ["a", "a", "b"]
+    integer_topic = _table(
+        {"topic": pa.array([10, 9, 9], pa.int64()), "partition": pa.array([0, 0, 0], pa.int32()),
+         "offset": pa.array([0, 1, 2], pa.int64()), "key": keys},
+        keys,
+    )  # fmt: skip
+    assert _by_key_in_arrow(integer_topic, "key") is None
+    by_key, _ = _by_key(integer_topic, "key")
+    assert [r["topic"] for r in by_key['"a"']] == [10, 9]  # "10" < "9"
+    null_topic = _table(
+        {"topic": ["x", None, "x"], "partition": pa.array([0, 0, 0], pa.int32()),
+         "offset": pa.array([0, 1, 2], pa.int64()), "key": keys},
+        keys,
+    )  # fmt: skip
+    assert _by_key_in_arrow(null_topic, "key") is None
