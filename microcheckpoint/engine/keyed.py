@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from microcheckpoint.adapters.stores import open_store
-from microcheckpoint.engine.gc_pause import cyclic_gc_paused
+from microcheckpoint.engine.gc_pause import fewer_gc_passes
 from microcheckpoint.engine.process import (
     EpochTimes,
     KeyedProcessFunction,
@@ -227,7 +227,7 @@ def process_subtask(
     subtask's state; 3. the function (``process.run_function``: ``fn(key, rows, state)``, or
     a ``KeyedProcessFunction`` with its states and timers); 4. snapshot and ack.
     """
-    with cyclic_gc_paused():
+    with fewer_gc_passes():
         return _process_subtask(ctx, fn, subtask, table)
 
 
@@ -279,7 +279,7 @@ def merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.T
     Steps: 1. canonical keys; 2. restore those keys; 3. combine each with this epoch's
     aggregate; 4. snapshot and ack.
     """
-    with cyclic_gc_paused():
+    with fewer_gc_passes():
         return _merge_aggregate(ctx, subtask, table)
 
 

@@ -19,7 +19,7 @@ from microcheckpoint.adapters.decoding import (
     decode_json_columns,
     decode_record,
 )
-from microcheckpoint.engine.gc_pause import cyclic_gc_paused
+from microcheckpoint.engine.gc_pause import fewer_gc_passes
 from microcheckpoint.errors import KafkaSourceError
 from microcheckpoint.faults import Faults
 
@@ -103,14 +103,14 @@ class KafkaSplitReader:
     value_format: str
     schema: dict[str, str] | None = None
     faults: Faults = field(default_factory=Faults)
-    batch_rows: int = 65536
+    batch_rows: int = 8192  # bounds a batch's memory too: records can be large
     drop_markers: bool = False  # an internal topic's barrier markers are not rows
     timeout_s: float = 60.0  # a split that makes no progress this long fails (the source's)
     # only these columns (``kafka_schema``); every value is decoded and checked all the same
     columns: tuple[str, ...] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        with cyclic_gc_paused():  # a message object per record (engine.gc_pause)
+        with fewer_gc_passes():  # a message object per record (engine.gc_pause)
             for batch in batches:
                 for index in batch.column(0).to_pylist():
                     yield from self.read(self.splits[index])
@@ -230,7 +230,7 @@ class FileReader:
         from microcheckpoint.adapters.stores import open_store
 
         store = open_store(self.url, **self.store_options)
-        with cyclic_gc_paused():  # a dict per jsonl record (engine.gc_pause)
+        with fewer_gc_passes():  # a dict per jsonl record (engine.gc_pause)
             for batch in batches:
                 for index in batch.column(0).to_pylist():
                     name = self.names[index]
