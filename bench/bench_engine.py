@@ -248,20 +248,56 @@ def udf_workload(spark: Any, rounds: int) -> dict[str, Any]:
         seconds = alternate(
             [builtin, user], rounds, lambda r: folder.write(keys_for(r, records, key_space, 0))
         )
-        for system in (builtin, user):
-            if system.state() != dict(folder.truth):
-                raise SystemExit(f"udf_100k: the {system.name} pipeline's state is wrong")
-        median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
-        return {
-            "records": records,
-            "keys": key_space,
-            "rounds": rounds,
-            "seconds": {k: [round(s, 3) for s in v] for k, v in seconds.items()},
-            "median": median,
-            "ratio": round(median["udf"] / median["builtin"], 3),
-        }
+        return checked_pair("udf_100k", builtin, user, seconds, folder, rounds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def checked_pair(
+    workload: str,
+    base: Engine,
+    other: Engine,
+    seconds: dict[str, list],
+    folder: Folder,
+    rounds: int,
+) -> dict[str, Any]:
+    """The result of two engines run alternately on ``folder``'s records: both states checked
+    against the true counts, the medians and ``other``'s ÷ ``base``'s."""
+    for system in (base, other):
+        if system.state() != dict(folder.truth):
+            raise SystemExit(f"{workload}: the {system.name} pipeline's state is wrong")
+    records, key_space, _ = WORKLOADS["100k"]
+    median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
+    return {
+        "records": records,
+        "keys": key_space,
+        "rounds": rounds,
+        "seconds": {k: [round(s, 3) for s in v] for k, v in seconds.items()},
+        "median": median,
+        "ratio": round(median[other.name] / median[base.name], 3),
+    }
+
+
+def json_producer(bootstrap: str) -> Callable[[str, list[str]], None]:
+    """``send(topic, keys)``: ``{"key": k, "seq": i}`` for the ``i``-th key, round-robin over
+    ``PARALLELISM`` partitions, all delivered when it returns."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+
+    def send(topic: str, keys: list[str]) -> None:
+        for seq, key in enumerate(keys):
+            value = json.dumps({"key": key, "seq": seq}).encode()
+            while True:
+                try:
+                    producer.produce(topic, value, partition=seq % PARALLELISM)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        if producer.flush(60):
+            raise SystemExit(f"records to {topic} not delivered in 60 s")
+
+    return send
 
 
 def kafka_workload(spark: Any, rounds: int) -> dict[str, Any]:
@@ -270,10 +306,6 @@ def kafka_workload(spark: Any, rounds: int) -> dict[str, Any]:
     both into the built-in count: ``ratios.kafka_vs_file_100k``. Each round produces the
     records to the topic and writes them to a file before the clock; both states are checked
     against the input's true counts."""
-    import json as json_lib
-
-    from confluent_kafka import Producer
-
     from harness.services import start_tansu
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
     from microcheckpoint.engine import KafkaSource
@@ -285,7 +317,7 @@ def kafka_workload(spark: Any, rounds: int) -> dict[str, Any]:
         topic = "bench-kafka"
         with KafkaOffsets(tansu.address) as kafka:
             kafka.create_topic(topic, PARALLELISM)
-        producer = Producer({"bootstrap.servers": tansu.address, "linger.ms": 20})
+        send = json_producer(tansu.address)
         folder = Folder(root)
         source = KafkaSource(
             "kafka", [topic], value_format="json", schema={"key": "string", "seq": "long"}
@@ -296,31 +328,11 @@ def kafka_workload(spark: Any, rounds: int) -> dict[str, Any]:
 
         def before(round_no: int) -> None:
             keys = keys_for(round_no, records, key_space, 0)
-            for seq, key in enumerate(keys):
-                value = json_lib.dumps({"key": key, "seq": seq}).encode()
-                while True:
-                    try:
-                        producer.produce(topic, value, partition=seq % PARALLELISM)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-            if producer.flush(60):
-                raise SystemExit("kafka_100k: records not delivered in 60 s")
+            send(topic, keys)
             folder.write(keys)
 
         seconds = alternate([file, kafka], rounds, before)
-        for system in (file, kafka):
-            if system.state() != dict(folder.truth):
-                raise SystemExit(f"kafka_100k: the {system.name} pipeline's state is wrong")
-        median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
-        return {
-            "records": records,
-            "keys": key_space,
-            "rounds": rounds,
-            "seconds": {k: [round(s, 3) for s in v] for k, v in seconds.items()},
-            "median": median,
-            "ratio": round(median["kafka"] / median["file"], 3),
-        }
+        return checked_pair("kafka_100k", file, kafka, seconds, folder, rounds)
     finally:
         tansu.stop()
         shutil.rmtree(root, ignore_errors=True)

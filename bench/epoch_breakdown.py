@@ -54,26 +54,6 @@ class Steps:
         setattr(owner, name, timed)
 
 
-def _producer(bootstrap: str) -> Callable[[str, list[str]], None]:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-
-    def send(topic: str, keys: list[str]) -> None:
-        for seq, key in enumerate(keys):
-            value = json.dumps({"key": key, "seq": seq}).encode()
-            while True:
-                try:
-                    producer.produce(topic, value, partition=seq % be.PARALLELISM)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        if producer.flush(60):
-            raise SystemExit("records not delivered in 60 s")
-
-    return send
-
-
 def epochs(spark: Any, rounds: int, bootstrap: str, root: Path) -> dict[str, dict[str, float]]:
     """Median seconds of each step, for the file and the Kafka epochs."""
     import microcheckpoint.engine.cycle as cycle
@@ -96,7 +76,7 @@ def epochs(spark: Any, rounds: int, bootstrap: str, root: Path) -> dict[str, dic
     topic = "breakdown"
     with KafkaOffsets(bootstrap) as kafka:
         kafka.create_topic(topic, be.PARALLELISM)
-    send = _producer(bootstrap)
+    send = be.json_producer(bootstrap)
     folder = be.Folder(root)
     source = KafkaSource(
         "kafka", [topic], value_format="json", schema={"key": "string", "seq": "long"}
@@ -140,7 +120,7 @@ def job_parts(spark: Any, rounds: int, bootstrap: str, root: Path) -> dict[str, 
     topic = "breakdown-parts"
     with KafkaOffsets(bootstrap) as kafka:
         kafka.create_topic(topic, be.PARALLELISM)
-        send = _producer(bootstrap)
+        send = be.json_producer(bootstrap)
         folder = be.Folder(root / "parts")
         keys = be.keys_for(99, RECORDS, KEYS, 0)
         send(topic, keys)
