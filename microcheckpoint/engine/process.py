@@ -189,12 +189,13 @@ def _run_value_function(
     late counts, one value per key, so each key is ``fn`` of its stored value and the value
     it returns is stored (None deletes it), in key order, without the per-key handles of
     the general path (which gives the same result)."""
+    order = sorted(by_key)
     wanted: dict[int, list[str]] = {}
-    for ck in sorted(by_key):
+    for ck in order:
         wanted.setdefault(kg_of[ck], []).append(ck)
     before = load(wanted)
     outputs: Rows = []
-    for ck in sorted(by_key):
+    for ck in order:
         stored = before.get(ck)
         result, new = function.fn(json.loads(ck), by_key[ck], None if stored is None else stored[0])
         outputs += _outputs(result)
