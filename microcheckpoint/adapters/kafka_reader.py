@@ -263,7 +263,10 @@ def _batches(
         position, moved = split.start, time.monotonic()
         while position < split.end:
             with _errors(bootstrap_servers, split, f"fetching at offset {position}"):
-                fetched = consumer.consume(num_messages=_CONSUME_MAX, timeout=0.1)
+                # No more than the range still holds: consume() returns when it has that
+                # many, where a larger count would wait out its timeout at the range's end.
+                wanted = min(_CONSUME_MAX, split.end - position)
+                fetched = consumer.consume(num_messages=wanted, timeout=0.1)
             records = []
             for message in fetched:
                 error = message.error()
