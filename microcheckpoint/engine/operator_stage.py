@@ -18,6 +18,7 @@ from microcheckpoint.engine.operator_subtask import (
     PartitionStageContext,
     process_partition,
 )
+from microcheckpoint.engine.placement import per_subtask
 from microcheckpoint.engine.routing import KG, SUBTASK
 from microcheckpoint.faults import Faults
 from microcheckpoint.protocol.plan import EpochPlan
@@ -89,10 +90,10 @@ def partition_stage(
     function = op.function
 
     # A closure without annotations: pyspark cannot inspect a functools.partial here.
-    def run(key, table):  # type: ignore[no-untyped-def]
-        return process_partition(ctx, function, key[0].as_py(), table)
+    def run(subtask, table):  # type: ignore[no-untyped-def]
+        return process_partition(ctx, function, subtask, table)
 
-    out = grouped.groupBy(SUBTASK).applyInArrow(run, op.output_schema)
+    out = per_subtask(spark, grouped, SUBTASK, parallelism, run, op.output_schema)
     if persist:
         out = out.persist()
         out.count()

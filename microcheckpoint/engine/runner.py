@@ -50,6 +50,7 @@ from microcheckpoint.engine.keyed import (
 from microcheckpoint.engine.operator_stage import partition_stage
 from microcheckpoint.engine.operator_state import PartitionOperator
 from microcheckpoint.engine.operator_subtask import idle_acks as partition_idle_acks
+from microcheckpoint.engine.placement import per_subtask
 from microcheckpoint.engine.routing import KG, SUBTASK, route
 from microcheckpoint.engine.sinkstage import SinkContext, stage_table
 from microcheckpoint.engine.sources import (
@@ -216,14 +217,14 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
     fn = op.fn
 
     # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial here.
-    def process(key, table):  # type: ignore[no-untyped-def]
-        return process_subtask(ctx, fn, key[0].as_py(), table)
+    def process(subtask, table):  # type: ignore[no-untyped-def]
+        return process_subtask(ctx, fn, subtask, table)
 
-    def merge(key, table):  # type: ignore[no-untyped-def]
-        return merge_aggregate(ctx, key[0].as_py(), table)
+    def merge(subtask, table):  # type: ignore[no-untyped-def]
+        return merge_aggregate(ctx, subtask, table)
 
     run = process if op.aggregate is None else merge
-    return grouped.groupBy(SUBTASK).applyInArrow(run, op.output_schema)
+    return per_subtask(spark, grouped, SUBTASK, ctx.parallelism, run, op.output_schema)
 
 
 def _sink_stage(spark: Any, df: Any, sink: Sink, ctx: SinkContext, parallelism: int) -> Any:
@@ -236,10 +237,10 @@ def _sink_stage(spark: Any, df: Any, sink: Sink, ctx: SinkContext, parallelism: 
     parts = df.select(*columns, F.lit(0).alias(KG), part.alias(SUBTASK))
     grouped = parts.unionByName(_markers(spark, parallelism), allowMissingColumns=True)
 
-    def stage(key, table):  # type: ignore[no-untyped-def]
-        return stage_table(ctx, sink, key[0].as_py(), table)
+    def stage(subtask, table):  # type: ignore[no-untyped-def]
+        return stage_table(ctx, sink, subtask, table)
 
-    return grouped.groupBy(SUBTASK).applyInArrow(stage, "part int, rows long")
+    return per_subtask(spark, grouped, SUBTASK, parallelism, stage, "part int, rows long")
 
 
 def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallelism: int) -> None:
