@@ -314,9 +314,11 @@ def run_epoch(
     # Step 2: the stages.
     stages = pipeline.stages if df is not None else []
     for i, stage in enumerate(stages):
+        last = i == len(stages) - 1
         if isinstance(stage, Sink):
-            df = df.persist()
-            cached.append(df)
+            if collect or not last:
+                df = df.persist()  # read again: by the next stages or for the outputs
+                cached.append(df)
             ctx = SinkContext(
                 store.url,
                 options,
@@ -349,14 +351,15 @@ def run_epoch(
                 **operator_event_options(pipeline, stage, marks, df),
             )
             df = _keyed(spark, df, stage, op_ctx)
-            if i < len(stages) - 1:
+            if not last and not isinstance(stages[i + 1], Sink):
                 # Run it once now: its state and acks must not depend on what later
-                # stages let Spark prune or compute twice.
+                # stages let Spark prune or compute twice. A sink next reads every row
+                # of every subtask in its own job (persisted when read again), so that
+                # job runs this stage once: one Spark job, not two.
                 df = df.persist()
                 df.count()
                 cached.append(df)
         elif isinstance(stage, PartitionOperator):  # operator state: engine/operator_stage.py
-            last = i == len(stages) - 1
             df = partition_stage(
                 spark, df, stage, plan, store, options, parallelism, faults, persist=not last
             )
