@@ -297,42 +297,53 @@ class LocalEpochOperator(PipelineOperator):
         end_of_check(self, GATE_LABEL, check)
 
     def run(self, context: Any, coord: CheckpointCoordinator | None = None) -> dict[str, Any]:
-        """Trigger (with ``trigger=True``), process, complete and notify."""
+        """Trigger (with ``trigger=True``), process, complete and notify.
+
+        The Spark session and the broker's address come first: the barrier goes in when
+        the epoch can start, so a session's start (a JVM in local mode) is not part of the
+        checkpoint's time, and a failure to get them is retried as any before the barrier.
+        """
         coord = coord or self.coordinator()
         pipeline = self.load_pipeline()
-        if not self.trigger:
-            return self.process(self.cid(), coord, pipeline)  # type: ignore[arg-type]
-        cid = trigger_checkpoint(self, context, coord, pipeline)
-        context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
+        bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
+        spark = self.session()
         try:
-            return self.process(cid, coord, pipeline)
-        except (AirflowFailException, AirflowSkipException):
-            raise
-        except (Exception, AirflowTaskTimeout) as exc:  # the timeout is a BaseException
-            from microcheckpoint.engine.errors import failure_cause
+            if not self.trigger:
+                cid = self.cid()
+                return self.process(cid, coord, pipeline, spark, bootstrap)  # type: ignore[arg-type]
+            cid = trigger_checkpoint(self, context, coord, pipeline)
+            context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
+            try:
+                return self.process(cid, coord, pipeline, spark, bootstrap)
+            except (AirflowFailException, AirflowSkipException):
+                raise
+            except (Exception, AirflowTaskTimeout) as exc:  # the timeout is a BaseException
+                from microcheckpoint.engine.errors import failure_cause
 
-            raise AirflowFailException(f"checkpoint {cid}: {failure_cause(exc)}") from exc
+                raise AirflowFailException(f"checkpoint {cid}: {failure_cause(exc)}") from exc
+        finally:
+            spark.stop()
 
     def process(
-        self, cid: CheckpointId, coord: CheckpointCoordinator, pipeline: Any
+        self,
+        cid: CheckpointId,
+        coord: CheckpointCoordinator,
+        pipeline: Any,
+        spark: Any,
+        bootstrap: str,
     ) -> dict[str, Any]:
         """Run epoch ``cid`` in Spark, then complete and notify it; the XCom of the task."""
         from microcheckpoint.engine.runner import run_epoch
 
         plan = coord.plan(cid)
-        bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
-        spark = self.session()
-        try:
-            result = run_epoch(
-                spark,
-                pipeline,
-                plan,
-                coord.store,
-                bootstrap=bootstrap,
-                store_options=self.store_options(),
-            )
-        finally:
-            spark.stop()
+        result = run_epoch(
+            spark,
+            pipeline,
+            plan,
+            coord.store,
+            bootstrap=bootstrap,
+            store_options=self.store_options(),
+        )
         self.log.info(
             "checkpoint %s attempt %s: %d records processed, every task acked",
             result.checkpoint_id,
