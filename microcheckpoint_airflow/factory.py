@@ -235,14 +235,15 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         }
         if one_task:
             # One task places the barrier and runs the epoch: no task start between them.
-            # The barrier comes after the task's start, so the checkpoint's own timeout
-            # (checked when the job returns) must come first: the task gets 60 s more.
+            # The barrier comes after the task's start and its Spark session (a local JVM
+            # starts in about 15 s), so the checkpoint's own timeout (checked when the job
+            # returns) must come first: the task gets 120 s more.
             # (A deferred wait for the gate does not count against execution_timeout.)
             epoch.update(
                 checkpoint_id=None,
                 trigger=True,
                 gate=gated,
-                execution_timeout=timedelta(seconds=timeout_s + 60),
+                execution_timeout=timedelta(seconds=timeout_s + 120),
                 **TRIGGER_RETRY,
             )
             cid = CID_IN_EPOCH

@@ -161,10 +161,15 @@ class TriggerCheckpointOperator(PipelineOperator):
 
 
 def trigger_checkpoint(
-    task: PipelineOperator, context: Any, coord: CheckpointCoordinator, pipeline: Any
+    task: PipelineOperator,
+    context: Any,
+    coord: CheckpointCoordinator,
+    pipeline: Any,
+    aligned_waited_s: float | None = None,
 ) -> CheckpointId:
     """Recover, then allocate the next checkpoint of ``pipeline`` and write its barrier;
-    returns its id.
+    returns its id. ``aligned_waited_s``: how long a stage waited for its inputs' markers
+    (default: until now).
 
     Skips the task (``AirflowSkipException``) while the pipeline is suspended; a refusal of
     the core fails it without retries.
@@ -186,7 +191,9 @@ def trigger_checkpoint(
                 rerun_pending=False,
                 interval=_data_interval(context, task.spec),
                 labels=run_labels(context),
-                aligned_waited_s=_aligned_waited(context),
+                aligned_waited_s=(
+                    _aligned_waited(context) if aligned_waited_s is None else aligned_waited_s
+                ),
             )
         except TriggerRefused as exc:
             if coord.trigger_decision().verdict is Verdict.SUSPENDED:
@@ -299,19 +306,25 @@ class LocalEpochOperator(PipelineOperator):
     def run(self, context: Any, coord: CheckpointCoordinator | None = None) -> dict[str, Any]:
         """Trigger (with ``trigger=True``), process, complete and notify.
 
-        The Spark session and the broker's address come first: the barrier goes in when
-        the epoch can start, so a session's start (a JVM in local mode) is not part of the
-        checkpoint's time, and a failure to get them is retried as any before the barrier.
+        Steps: 1. the broker's address and the Spark session, before the barrier: the
+        checkpoint's time starts when the epoch can, not before a session's start (a JVM in
+        local mode), and a failure to get them is retried as any before the barrier (a
+        stage's alignment wait is taken before them); 2. trigger (``trigger=True``) or the
+        id of the run's trigger task; 3. process, complete and notify; 4. stop the session
+        (a failure to stop is logged: it must not hide the epoch's own outcome).
         """
         coord = coord or self.coordinator()
         pipeline = self.load_pipeline()
+        # Step 1
+        waited = _aligned_waited(context) if self.trigger else None
         bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
         spark = self.session()
         try:
+            # Steps 2 and 3
             if not self.trigger:
                 cid = self.cid()
                 return self.process(cid, coord, pipeline, spark, bootstrap)  # type: ignore[arg-type]
-            cid = trigger_checkpoint(self, context, coord, pipeline)
+            cid = trigger_checkpoint(self, context, coord, pipeline, aligned_waited_s=waited)
             context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
             try:
                 return self.process(cid, coord, pipeline, spark, bootstrap)
@@ -322,7 +335,11 @@ class LocalEpochOperator(PipelineOperator):
 
                 raise AirflowFailException(f"checkpoint {cid}: {failure_cause(exc)}") from exc
         finally:
-            spark.stop()
+            # Step 4
+            try:
+                spark.stop()
+            except Exception as exc:  # a dead local JVM, a closed Connect channel
+                self.log.warning("stopping the Spark session failed: %s", exc)
 
     def process(
         self,

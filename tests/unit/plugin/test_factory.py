@@ -288,8 +288,9 @@ def test_local_spark_runs_the_epoch_in_the_task(spark) -> None:
     process = dag.get_task("process_epoch")
     assert type(process) is LocalEpochOperator
     assert process.master == (spark or LocalSpark()).master
-    # The task triggers too: the checkpoint's timeout (2 min) comes before the task's.
-    assert process.execution_timeout == timedelta(minutes=3)
+    # The task triggers too, after its session starts: the checkpoint's timeout (2 min)
+    # comes before the task's.
+    assert process.execution_timeout == timedelta(minutes=4)
 
 
 def test_spark_connect_runs_the_epoch_as_a_client_of_the_connection() -> None:

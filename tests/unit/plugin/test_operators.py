@@ -791,3 +791,64 @@ def test_a_restore_that_falls_back_says_so_on_the_run_and_the_page(env: Env, mon
     notes.clear()
     restore_op(spec, point="chk-1").execute(context)
     assert notes == [] and checkpoint_history(env.store, "pipe")["restore_note"] is None
+
+
+# ---- LocalEpochOperator: the session around the epoch ----------------------------------------
+
+
+class _TaskInstance:
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+    def xcom_pull(self, **_: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("stop_fails", [False, True], ids=["stop-ok", "stop-fails"])
+def test_an_epoch_failure_after_the_barrier_fails_the_task_even_if_stop_fails(
+    env: Env, monkeypatch: pytest.MonkeyPatch, stop_fails: bool
+) -> None:
+    from microcheckpoint_airflow.operators import LocalEpochOperator
+
+    order: list[str] = []
+
+    class Session:
+        def stop(self) -> None:
+            order.append("stop")
+            if stop_fails:
+                raise RuntimeError("the JVM is gone")
+
+    class Hook:
+        def __init__(self, conn_id: str) -> None:
+            pass
+
+        def bootstrap_servers(self) -> str:
+            order.append("bootstrap")
+            return "127.0.0.1:1"
+
+    def session() -> Session:
+        order.append("session")
+        return Session()
+
+    def trigger(*_: Any, **__: Any) -> CheckpointId:
+        order.append("trigger")
+        return CheckpointId(7)
+
+    def process(*_: Any) -> None:
+        order.append("process")
+        raise ValueError("bad row 3")
+
+    task = LocalEpochOperator(task_id="process_epoch", spec=env.spec(), trigger=True)
+    monkeypatch.setattr(operators, "KafkaHook", Hook)
+    monkeypatch.setattr(operators, "trigger_checkpoint", trigger)
+    monkeypatch.setattr(task, "session", session)
+    monkeypatch.setattr(task, "process", process)
+    ti = _TaskInstance()
+    with pytest.raises(AirflowFailException, match=r"^checkpoint 7: ValueError: bad row 3$"):
+        task.run({**CONTEXT, "ti": ti})
+    # The session before the barrier, stopped last; the id went to XCom at once.
+    assert order == ["bootstrap", "session", "trigger", "process", "stop"]
+    assert ti.pushed == {"checkpoint_id": 7}
