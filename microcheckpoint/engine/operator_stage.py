@@ -4,8 +4,8 @@
    so a re-run of the epoch gives every subtask the same rows.
 2. Rows of the ``broadcast_input`` (a ``UnionSource`` input) are copied to every subtask
    (a cross join with the subtask numbers) and flagged ``BROADCAST``.
-3. One marker row per subtask makes every subtask run, and
-   ``groupBy(subtask).applyInArrow`` runs ``operator_subtask.process_partition``.
+3. One marker row per subtask makes every subtask run, and ``placement.per_subtask`` (an
+   ``applyInArrow`` per subtask) runs ``operator_subtask.process_partition``.
 """
 
 from __future__ import annotations

@@ -30,8 +30,17 @@ def _spark_hash_of_int(value: int) -> int:
 
 
 def placement_codes(parallelism: int, partitions: int) -> list[int]:
-    """For each subtask ``s`` of ``parallelism``, a distinct int whose Spark hash partition
-    among ``partitions`` is ``s % partitions`` (the smallest such ints, in order)."""
+    """Placement codes: the smallest distinct ints, in order, that Spark's hash partitioning
+    sends where each subtask should run.
+
+    Args:
+        parallelism: the number of subtasks.
+        partitions: the number of Spark partitions (tasks) they are spread over.
+
+    Returns:
+        For each subtask ``s``, an int whose Spark hash partition among ``partitions`` is
+        ``s % partitions``.
+    """
     need = [len(range(b, parallelism, partitions)) for b in range(partitions)]
     found: list[list[int]] = [[] for _ in range(partitions)]
     code, missing = 0, parallelism
@@ -52,9 +61,22 @@ def per_subtask(
     function: Callable[[int, Any], Any],
     schema: Any,
 ) -> Any:
-    """``function(subtask, table)`` once per subtask of ``frame`` (``applyInArrow``), each
-    subtask's rows in one table without the placement column; the subtasks spread over
-    ``min(parallelism, spark.sql.shuffle.partitions)`` tasks."""
+    """Call ``function`` once per subtask of ``frame``, the subtasks spread over the tasks.
+
+    Args:
+        spark: the session (classic or Connect).
+        frame: the rows, each with its subtask in ``subtask_column`` (markers included).
+        subtask_column: the column that holds the subtask, 0 to ``parallelism`` - 1.
+        parallelism: the number of subtasks.
+        function: ``function(subtask, table)``, given the subtask's rows as one Arrow table
+            (the placement column left out); returns an Arrow table of ``schema``.
+        schema: the output schema (a DDL string or a ``StructType``).
+
+    Returns:
+        The DataFrame of the outputs (``applyInArrow`` over
+        ``min(parallelism, spark.sql.shuffle.partitions)`` tasks; subtask ``s`` in task
+        ``s % N``).
+    """
     from pyspark.sql import functions as F
 
     shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))

@@ -9,8 +9,10 @@ code runs in-process, under ``spark-submit`` and as a Spark Connect client:
    - plain DataFrame functions as they are;
    - a keyed operator: rows get their key group and subtask (``routing.route``, once per
      distinct key), one marker row per subtask makes every subtask run, and
-     ``groupBy(subtask).applyInArrow`` runs ``keyed.process_subtask`` — restore, ``fn`` per
-     key, snapshot, ack from the executor;
+     ``placement.per_subtask`` (an ``applyInArrow`` per subtask, the subtasks spread over
+     the tasks) runs ``keyed.process_subtask`` — restore, ``fn`` per key, snapshot, ack
+     from the executor; it runs in a job of its own (persisted), or, when a sink comes
+     next, in the sink's job;
    - a built-in aggregation: Spark SQL aggregates per key first, so only one row per touched
      key reaches ``keyed.merge_aggregate``;
    - a sink: rows get a part by a hash of their columns, and each part is staged (or, at
