@@ -320,26 +320,36 @@ class LocalEpochOperator(PipelineOperator):
         bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
         spark = self.session()
         try:
-            # Steps 2 and 3
-            if not self.trigger:
-                cid = self.cid()
-                return self.process(cid, coord, pipeline, spark, bootstrap)  # type: ignore[arg-type]
-            cid = trigger_checkpoint(self, context, coord, pipeline, aligned_waited_s=waited)
-            context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
-            try:
-                return self.process(cid, coord, pipeline, spark, bootstrap)
-            except (AirflowFailException, AirflowSkipException):
-                raise
-            except (Exception, AirflowTaskTimeout) as exc:  # the timeout is a BaseException
-                from microcheckpoint.engine.errors import failure_cause
-
-                raise AirflowFailException(f"checkpoint {cid}: {failure_cause(exc)}") from exc
+            return self._epoch(context, coord, pipeline, spark, bootstrap, waited)
         finally:
             # Step 4
             try:
                 spark.stop()
             except Exception as exc:  # a dead local JVM, a closed Connect channel
                 self.log.warning("stopping the Spark session failed: %s", exc)
+
+    def _epoch(
+        self,
+        context: Any,
+        coord: CheckpointCoordinator,
+        pipeline: Any,
+        spark: Any,
+        bootstrap: str,
+        waited: float | None,
+    ) -> dict[str, Any]:
+        """Steps 2 and 3 of ``run``: once the barrier is placed, a failure fails the task."""
+        if not self.trigger:
+            return self.process(self.cid(), coord, pipeline, spark, bootstrap)  # type: ignore[arg-type]
+        cid = trigger_checkpoint(self, context, coord, pipeline, aligned_waited_s=waited)
+        context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
+        try:
+            return self.process(cid, coord, pipeline, spark, bootstrap)
+        except (AirflowFailException, AirflowSkipException):
+            raise
+        except (Exception, AirflowTaskTimeout) as exc:  # the timeout is a BaseException
+            from microcheckpoint.engine.errors import failure_cause
+
+            raise AirflowFailException(f"checkpoint {cid}: {failure_cause(exc)}") from exc
 
     def process(
         self,
