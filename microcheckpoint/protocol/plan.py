@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from microcheckpoint.config import CheckpointingMode
 from microcheckpoint.errors import CheckpointNotFound
@@ -16,6 +17,7 @@ from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records import Ack, read_point_metadata
 from microcheckpoint.protocol.records.handles import StateHandle
+from microcheckpoint.protocol.schemes import scheme_of
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView
 
 __all__ = ["EpochPlan", "RestoredState", "restored_state"]
@@ -32,6 +34,8 @@ class RestoredState:
 
     handles: Mapping[str, tuple[StateHandle, ...]] = field(default_factory=dict)
     full_snapshot: bool = False
+    # per operator uid with acks: the key group scheme they name (``state.keygroups``)
+    schemes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class EpochPlan:
         mode: EXACTLY_ONCE stages sink output; AT_LEAST_ONCE publishes it at once.
         max_parallelism: the number of key groups.
         files: per file-source partition, the files to read, in order.
+        key_groups: per operator uid the state continues from, its key group scheme
+            (``state.keygroups``); an operator without state here starts a new one.
     """
 
     pipeline: str
@@ -66,6 +72,7 @@ class EpochPlan:
     mode: CheckpointingMode
     max_parallelism: int
     files: Mapping[TopicPartition, tuple[str, ...]] = field(default_factory=dict)
+    key_groups: Mapping[str, str] = field(default_factory=dict)
 
     def subtasks(self, uid: str) -> int:
         """How many subtasks of operator ``uid`` must ack (0 for an unknown uid)."""
@@ -106,11 +113,14 @@ def restored_state(view: PipelineView, cid: CheckpointId) -> RestoredState:
             resolve = marker.prefix.rstrip("/") + "/" if meta.relative else ""
             full = marker.first_snapshot_full
     per_uid: dict[str, list[StateHandle]] = {}
+    states: dict[str, list[Mapping[str, Any]]] = {}
     for ack in sorted(acks, key=lambda a: str(a.task)):
         per_uid.setdefault(str(ack.task.uid), []).extend(
             replace(h, key=resolve + h.key) for h in ack.handles
         )
-    return RestoredState({uid: tuple(hs) for uid, hs in per_uid.items()}, full)
+        states.setdefault(str(ack.task.uid), []).append(ack.operator_state)
+    schemes = {uid: scheme_of(found) for uid, found in states.items()}
+    return RestoredState({uid: tuple(hs) for uid, hs in per_uid.items()}, full, schemes)
 
 
 def epoch_plan(
@@ -138,4 +148,5 @@ def epoch_plan(
         mode=mode,
         max_parallelism=max_parallelism,
         files=pending.files,
+        key_groups=state.schemes,
     )

@@ -4,6 +4,17 @@ A key belongs to one of ``max_parallelism`` key groups, by a stable hash of its 
 bytes (the same in every process and Python version, unlike ``hash()``). Subtask ``i`` of
 ``parallelism`` owns a contiguous range of key groups; rescaling reassigns whole ranges, so
 state never has to be re-hashed (Flink's scheme).
+
+Two schemes decide a key's group and a group's owner; an operator keeps the one it started
+with (its acks name it: ``protocol.schemes``), so stored state is never re-grouped:
+
+- ``BLAKE2B`` (every operator until 2026-11, every process function): the blake2b hash of
+  the key's canonical JSON, computed in Python; subtask ``i`` owns a contiguous range.
+- ``SPARK_HASH`` (a new built-in aggregation): ``pmod(hash(key), max_parallelism)``, Spark
+  SQL's Murmur3 hash (seed 42), computed in the JVM; subtask ``i`` owns the groups ``g`` with
+  ``g % parallelism == i``. When ``parallelism`` divides ``max_parallelism``, a key's subtask
+  is ``pmod(hash(key), parallelism)``: the partition Spark's own aggregation shuffle sends it
+  to, so the aggregated rows need no second shuffle (``engine/runner.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +22,29 @@ from __future__ import annotations
 import hashlib
 
 from microcheckpoint.errors import ConfigError, InvalidValue
+from microcheckpoint.protocol.schemes import (
+    BLAKE2B,
+    SCHEME_FIELD,
+    SCHEMES,
+    SPARK_HASH,
+    check_scheme,
+    scheme_of,
+)
 
-__all__ = ["key_group_for", "key_group_range", "subtask_for_key_group"]
+__all__ = [
+    "BLAKE2B",
+    "SCHEMES",
+    "SCHEME_FIELD",
+    "SPARK_HASH",
+    "key_group_for",
+    "key_group_range",
+    "owned_key_groups",
+    "owner_of",
+    "scheme_of",
+    "spark_hash",
+    "spark_key_group",
+    "subtask_for_key_group",
+]
 
 
 def key_group_for(key: bytes, max_parallelism: int) -> int:
@@ -47,3 +79,79 @@ def subtask_for_key_group(max_parallelism: int, parallelism: int, key_group: int
     if not 0 <= key_group < max_parallelism:
         raise InvalidValue(f"key group {key_group} is outside [0, {max_parallelism})")
     return key_group * parallelism // max_parallelism
+
+
+def owned_key_groups(
+    max_parallelism: int, parallelism: int, subtask: int, scheme: str = BLAKE2B
+) -> range:
+    """The key groups subtask ``subtask`` of ``parallelism`` owns under ``scheme``."""
+    check_scheme(scheme)
+    if scheme == BLAKE2B:
+        return key_group_range(max_parallelism, parallelism, subtask)
+    _check(max_parallelism, parallelism)
+    if not 0 <= subtask < parallelism:
+        raise InvalidValue(f"subtask {subtask} is outside [0, {parallelism})")
+    return range(subtask, max_parallelism, parallelism)
+
+
+def owner_of(max_parallelism: int, parallelism: int, key_group: int, scheme: str = BLAKE2B) -> int:
+    """The subtask of ``parallelism`` that owns ``key_group`` under ``scheme``."""
+    check_scheme(scheme)
+    if scheme == BLAKE2B:
+        return subtask_for_key_group(max_parallelism, parallelism, key_group)
+    _check(max_parallelism, parallelism)
+    if not 0 <= key_group < max_parallelism:
+        raise InvalidValue(f"key group {key_group} is outside [0, {max_parallelism})")
+    return key_group % parallelism
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix_k1(k1: int) -> int:
+    return (_rotl((k1 * 0xCC9E2D51) & _M32, 15) * 0x1B873593) & _M32
+
+
+def _mix_h1(h1: int, k1: int) -> int:
+    return (_rotl(h1 ^ k1, 13) * 5 + 0xE6546B64) & _M32
+
+
+def _fmix(h1: int, length: int) -> int:
+    h1 ^= length
+    h1 = ((h1 ^ (h1 >> 16)) * 0x85EBCA6B) & _M32
+    h1 = ((h1 ^ (h1 >> 13)) * 0xC2B2AE35) & _M32
+    return h1 ^ (h1 >> 16)
+
+
+def spark_hash(value: str | bytes | int, kind: str = "string", seed: int = 42) -> int:
+    """Spark SQL's ``hash(value)`` (Murmur3 x86 32-bit, Spark's variant), as a signed int.
+
+    ``kind``: ``"string"`` (UTF-8 bytes; Spark mixes each byte past the last 4-byte word
+    on its own, unlike the reference Murmur3), ``"int"`` or ``"long"`` (an integer column's
+    type: the same number hashes differently as an int and as a long).
+    """
+    h1 = seed & _M32
+    if kind in ("int", "long"):
+        number = int(value) & (_M32 if kind == "int" else 0xFFFFFFFFFFFFFFFF)
+        words = [number & _M32] if kind == "int" else [number & _M32, number >> 32]
+        for word in words:
+            h1 = _mix_h1(h1, _mix_k1(word))
+        h1 = _fmix(h1, 4 * len(words))
+    else:
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        aligned = len(data) - len(data) % 4
+        for i in range(0, aligned, 4):
+            h1 = _mix_h1(h1, _mix_k1(int.from_bytes(data[i : i + 4], "little")))
+        for byte in data[aligned:]:
+            h1 = _mix_h1(h1, _mix_k1((byte - 256 if byte > 127 else byte) & _M32))
+        h1 = _fmix(h1, len(data))
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def spark_key_group(value: str | int, max_parallelism: int, kind: str = "string") -> int:
+    """The ``SPARK_HASH`` key group of a key: ``pmod(hash(key), max_parallelism)``."""
+    return spark_hash(value, kind) % max_parallelism

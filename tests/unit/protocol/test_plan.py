@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from microcheckpoint.config import CheckpointingMode
-from microcheckpoint.errors import CheckpointNotFound
+from microcheckpoint.errors import CheckpointNotFound, InvalidValue
 from microcheckpoint.protocol import savepoints
 from microcheckpoint.protocol.barrier import Barrier, OffsetRange
+from microcheckpoint.protocol.schemes import BLAKE2B, SCHEME_FIELD, SPARK_HASH, scheme_of
 from microcheckpoint.state.handles import StateHandle
 from tests.unit.protocol.helpers import AGG, C1, C2, SRC, TASKS, TP0, TP1, ack_all, start
 
@@ -110,3 +111,44 @@ def test_a_handle_keeps_its_key_groups(h) -> None:
     handle = StateHandle("k", 3, (1, 2))
     assert StateHandle.from_json(handle.to_json()) == handle
     assert StateHandle.from_json(StateHandle("k", 3).to_json()).key_groups == ()
+
+
+def test_the_plan_names_each_operator_s_key_group_scheme_from_its_acks(h) -> None:
+    # An ack without the field is the blake2b scheme (every ack stored before it existed).
+    coord = h.coordinator()
+    start(h, coord, {TP0: 10})
+    h.ack(coord, C1, AGG, 1, (), {SCHEME_FIELD: SPARK_HASH})
+    h.ack(coord, C1, SRC, 1, (), {str(TP0): 10})
+    coord.complete(C1)
+    start(h, coord, {TP0: 20})
+    assert dict(coord.plan(C2).key_groups) == {"agg": SPARK_HASH, "source": BLAKE2B}
+
+
+def test_the_first_plan_names_no_scheme(h) -> None:
+    coord = h.coordinator()
+    start(h, coord, {TP0: 10})
+    assert dict(coord.plan(C1).key_groups) == {}
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        ([], BLAKE2B),
+        ([{}, {"x": 1}], BLAKE2B),
+        ([{SCHEME_FIELD: SPARK_HASH}] * 3, SPARK_HASH),
+    ],
+)
+def test_scheme_of_reads_the_acks(states, expected) -> None:
+    assert scheme_of(states) == expected
+
+
+@pytest.mark.parametrize(
+    ("states", "message"),
+    [
+        ([{SCHEME_FIELD: SPARK_HASH}, {}], "different key group schemes"),
+        ([{SCHEME_FIELD: "md5"}], "key group scheme 'md5' is unknown to this version"),
+    ],
+)
+def test_scheme_of_refuses_mixed_or_unknown_schemes(states, message) -> None:
+    with pytest.raises(InvalidValue, match=message):
+        scheme_of(states)
