@@ -329,7 +329,7 @@ def show(
     """One checkpoint: its offsets, state files and statistics."""
     import re
 
-    from microcheckpoint.state.keygroups import key_group_range
+    from microcheckpoint.state.keygroups import owned_key_groups, scheme_of
 
     target: Target = ctx.obj
     pipe = target.known()
@@ -355,15 +355,20 @@ def show(
         meta = view.metadata(cid)
         max_p = int(meta.config.get("max_parallelism") or 128)
         subtasks: dict[str, int] = {}
-        for task in meta.acks:
+        states: dict[str, list[Any]] = {}
+        for task, ack in meta.acks.items():
             subtasks[str(task.uid)] = subtasks.get(str(task.uid), 0) + 1
+            states.setdefault(str(task.uid), []).append(ack.operator_state)
         files = []
         for task, ack in sorted(meta.acks.items(), key=lambda item: str(item[0])):
             for h in ack.handles:
                 owned = ""
                 if h.key_groups:
-                    share = key_group_range(max_p, subtasks[str(task.uid)], task.subtask)
-                    owned = f"{share.start}-{share.stop - 1}"
+                    scheme = scheme_of(states[str(task.uid)])
+                    share = owned_key_groups(max_p, subtasks[str(task.uid)], task.subtask, scheme)
+                    owned = f"{share.start}-{share[-1]}" if share else ""
+                    if share.step > 1:
+                        owned += f" step {share.step}"
                 files.append(
                     {
                         "task": str(task),

@@ -14,7 +14,7 @@ router's marker row guarantees the call even when no row reached it) and:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,11 +38,18 @@ from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.evolution import DESCRIPTORS_FIELD, function_descriptors
 from microcheckpoint.state.handles import StateHandle
-from microcheckpoint.state.keygroups import key_group_range
+from microcheckpoint.state.keygroups import BLAKE2B, SCHEME_FIELD, owned_key_groups
 from microcheckpoint.state.kinds import cleanup, is_pseudo_key
 from microcheckpoint.state.subtask import SubtaskState
 
-__all__ = ["AGGREGATE", "OperatorContext", "merge_aggregate", "process_subtask"]
+__all__ = [
+    "AGGREGATE",
+    "OperatorContext",
+    "PlacementError",
+    "merge_aggregate",
+    "merge_partition",
+    "process_subtask",
+]
 
 # The column the runner's Spark SQL aggregation leaves for the merge.
 AGGREGATE = "__aggregate"
@@ -79,6 +86,8 @@ class OperatorContext:
     watermark_before: int | None = None
     watermark_after: int | None = None
     late: str = "drop"
+    # how keys map to key groups and key groups to subtasks (``state.keygroups``)
+    key_groups: str = BLAKE2B
 
 
 def _row_order(row: dict[str, Any]) -> tuple:
@@ -177,7 +186,7 @@ def _subtask_state(
     state = SubtaskState(
         store,
         uid=ctx.uid,
-        owned=key_group_range(ctx.max_parallelism, ctx.parallelism, subtask),
+        owned=owned_key_groups(ctx.max_parallelism, ctx.parallelism, subtask, ctx.key_groups),
         chains=key_group_chains(ctx.restore),
         backend=ctx.backend,
         prefix=prefix,
@@ -204,6 +213,8 @@ def _snapshot_and_ack(
 ) -> None:
     handles = state.snapshot()
     ctx.faults.point("after_snapshot")
+    if ctx.key_groups != BLAKE2B:  # the default stays unnamed: acks as they always were
+        info = {**(info or {}), SCHEME_FIELD: ctx.key_groups}
     # A retried Spark task writes the same files and its ack is a DUPLICATE.
     ack = state.timer.ack(task, ctx.attempt, handles, info)
     record_ack(state.store, Layout(ctx.pipeline), CheckpointId(ctx.checkpoint_id), ack)
@@ -281,6 +292,48 @@ def merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.T
     """
     with fewer_gc_passes():
         return _merge_aggregate(ctx, subtask, table)
+
+
+class PlacementError(RuntimeError):
+    """A Spark partition held rows of another subtask than its own: its state is untouched."""
+
+
+def merge_partition(
+    ctx: OperatorContext, partition: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Run the subtask of Spark partition ``partition`` of the aggregation's shuffle.
+
+    Under ``SPARK_HASH`` with ``parallelism`` shuffle partitions dividing
+    ``max_parallelism``, Spark's aggregation shuffle puts key ``k`` in partition
+    ``pmod(hash(k), parallelism)``, the subtask that owns its key group, so partition ``i``
+    *is* subtask ``i`` (an empty partition still runs: its subtask acks its state). The
+    rows' ``__subtask`` column is checked first: a partition holding another subtask's row
+    (a plan that shuffled otherwise) raises before anything is read or written.
+
+    Raises:
+        PlacementError: a row of another subtask, or a partition beyond the parallelism.
+    """
+    received = [b for b in batches if b.num_rows]
+    table = pa.Table.from_batches(received) if received else None
+    if table is not None:
+        import pyarrow.compute as pc
+
+        found = sorted(pc.unique(table.column(SUBTASK)).to_pylist())
+        if found != [partition]:
+            raise PlacementError(
+                f"operator {ctx.uid!r}: Spark partition {partition} of the aggregation holds "
+                f"rows of subtasks {found}; the shuffle was not Spark's hash of the key into "
+                f"{ctx.parallelism} partitions (nothing was written)"
+            )
+    if not 0 <= partition < ctx.parallelism:
+        raise PlacementError(
+            f"operator {ctx.uid!r}: Spark partition {partition} is beyond the "
+            f"{ctx.parallelism} subtasks; the aggregation shuffled into more partitions"
+        )
+    if table is None:
+        empty = {ctx.key: pa.null(), AGGREGATE: pa.null(), KG: pa.int32(), SUBTASK: pa.int32()}
+        table = pa.table({name: pa.array([], kind) for name, kind in empty.items()})
+    yield from merge_aggregate(ctx, partition, table).to_batches()
 
 
 def _merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.Table:

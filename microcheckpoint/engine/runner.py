@@ -47,6 +47,7 @@ from microcheckpoint.engine.keyed import (
     AGGREGATE,
     OperatorContext,
     merge_aggregate,
+    merge_partition,
     process_subtask,
 )
 from microcheckpoint.engine.operator_stage import partition_stage
@@ -69,7 +70,7 @@ from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.handles import StateHandle
-from microcheckpoint.state.keygroups import key_group_range
+from microcheckpoint.state.keygroups import BLAKE2B, SCHEME_FIELD, SPARK_HASH, owned_key_groups
 from microcheckpoint.storage.port import ObjectStore, each
 
 __all__ = ["EpochResult", "expected_tasks", "run_epoch", "source_schema"]
@@ -196,29 +197,84 @@ def _source(
     return files.unionByName(kafka, allowMissingColumns=True)
 
 
+def key_group_scheme(plan: EpochPlan, op: KeyedOperator) -> str:
+    """Operator ``op``'s key group scheme: its stored state's, else (no state yet) the Spark
+    hash for a built-in aggregation and blake2b for a function (``state.keygroups``)."""
+    return plan.key_groups.get(op.uid) or (SPARK_HASH if op.aggregate is not None else BLAKE2B)
+
+
+def _shuffle_is_subtask(spark: Any, ctx: OperatorContext) -> bool:
+    """Whether a ``SPARK_HASH`` aggregation's own shuffle places every key in its subtask's
+    partition: ``parallelism`` shuffle partitions dividing ``max_parallelism``, and no
+    adaptive execution to coalesce them."""
+    if ctx.key_groups != SPARK_HASH or ctx.max_parallelism % ctx.parallelism:
+        return False
+    if int(spark.conf.get("spark.sql.shuffle.partitions")) != ctx.parallelism:
+        return False
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled", "true").lower() == "true"
+    coalesce = spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled", "true")
+    return not (adaptive and coalesce.lower() == "true")
+
+
+def _with_key_groups(df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
+    """``df`` with each row's key group and subtask (``KG``, ``SUBTASK``) by its scheme:
+    Spark SQL's hash in the JVM, or blake2b in a Python pass (``routing.route``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    if ctx.key_groups == SPARK_HASH:
+        group = F.pmod(F.hash(F.col(f"`{op.key}`")), F.lit(ctx.max_parallelism)).cast("int")
+        owner = F.pmod(F.col(KG), F.lit(ctx.parallelism)).cast("int")
+        return df.withColumn(KG, group).withColumn(SUBTASK, owner)
+    schema = StructType(
+        [*df.schema.fields, StructField(KG, IntegerType()), StructField(SUBTASK, IntegerType())]
+    )
+    route_rows = functools.partial(
+        route, key=op.key, max_parallelism=ctx.max_parallelism, parallelism=ctx.parallelism
+    )
+    return df.mapInArrow(route_rows, schema)
+
+
+def _no_rows(spark: Any) -> Any:
+    """A frame of no rows in one partition, with one null column of its own."""
+    from pyspark.sql import functions as F
+
+    return spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias("__no_rows"))
+
+
 def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
+    """The DataFrame of keyed operator ``op``'s outputs, each subtask run once.
+
+    A built-in aggregation is computed per key by Spark SQL first. Under ``SPARK_HASH``,
+    when ``_shuffle_is_subtask``, each partition of the aggregation's shuffle is one
+    subtask (``keyed.merge_partition``): one shuffle, as Structured Streaming has. Otherwise the
+    rows go to their subtasks in a shuffle of their own (``placement.per_subtask``), one
+    marker row per subtask making every subtask run.
+    """
     from pyspark.sql import functions as F
 
     if op.aggregate is not None:
         agg = op.aggregate
         column = F.lit(1) if agg.value is None else F.col(agg.value)
         reduce = {"count": F.count, "sum": F.sum, "min": F.min, "max": F.max}[agg.kind]
+        fast = _shuffle_is_subtask(spark, ctx)
+        if fast:
+            # A union's partitioning is unknown: the aggregation shuffles by the key even
+            # when the rows came in one partition or already partitioned otherwise.
+            df = df.unionByName(_no_rows(spark), allowMissingColumns=True)
         df = df.groupBy(op.key).agg(reduce(column).alias(AGGREGATE))
-    from pyspark.sql.types import IntegerType, StructField, StructType
+        if fast:
+            # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial.
+            def in_partition(batches):  # type: ignore[no-untyped-def]
+                from pyspark import TaskContext
 
-    schema = StructType(
-        [*df.schema.fields, StructField(KG, IntegerType()), StructField(SUBTASK, IntegerType())]
-    )
-    routed = df.mapInArrow(
-        functools.partial(
-            route, key=op.key, max_parallelism=ctx.max_parallelism, parallelism=ctx.parallelism
-        ),
-        schema,
-    )
+                return merge_partition(ctx, TaskContext.get().partitionId(), batches)
+
+            return _with_key_groups(df, op, ctx).mapInArrow(in_partition, op.output_schema)
+    routed = _with_key_groups(df, op, ctx)
     grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
     fn = op.fn
 
-    # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial here.
     def process(subtask, table):  # type: ignore[no-untyped-def]
         return process_subtask(ctx, fn, subtask, table)
 
@@ -252,13 +308,16 @@ def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallel
     acks = []
     for op in pipeline.operators:
         chains = key_group_chains(plan.restore.get(op.uid, ()))
+        scheme = key_group_scheme(plan, op)
+        named = {} if scheme == BLAKE2B else {SCHEME_FIELD: scheme}
         for subtask in range(parallelism):
             timer = AckTimer()
-            owned = key_group_range(plan.max_parallelism, parallelism, subtask)
+            owned = owned_key_groups(plan.max_parallelism, parallelism, subtask, scheme)
             handles: dict[str, StateHandle] = {}
             for kg in owned:
                 handles.update({h.key: h for h in chains.get(kg, ())})
-            acks.append(timer.ack(TaskId.of(op.uid, subtask), plan.attempt, handles.values()))
+            task = TaskId.of(op.uid, subtask)
+            acks.append(timer.ack(task, plan.attempt, handles.values(), named))
     partition_idle_acks(pipeline, plan, store, parallelism)  # engine/operator_subtask.py
     for sink in pipeline.sinks:
         acks += [AckTimer().ack(TaskId.of(sink.uid, p), plan.attempt) for p in range(parallelism)]
@@ -350,6 +409,7 @@ def run_epoch(
                 faults=faults,
                 aggregate=None if stage.aggregate is None else stage.aggregate.kind,
                 output_column="total" if stage.aggregate is None else stage.aggregate.output,
+                key_groups=key_group_scheme(plan, stage),
                 **operator_event_options(pipeline, stage, marks, df),
             )
             df = _keyed(spark, df, stage, op_ctx)

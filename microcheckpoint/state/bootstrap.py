@@ -52,6 +52,7 @@ from microcheckpoint.state.evolution import DESCRIPTORS_FIELD, recorded_descript
 from microcheckpoint.state.files import BASE_NAME, encode_rows, read_parquet, rows_from_groups
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import (
+    SCHEME_FIELD,
     key_group_for,
     key_group_range,
     subtask_for_key_group,
@@ -310,7 +311,7 @@ def _check_uid(meta: CheckpointMetadata, pipeline: str, uid: str) -> None:
         {
             t.uid.value
             for t, ack in meta.acks.items()
-            if not set(ack.operator_state) - {DESCRIPTORS_FIELD}
+            if not set(ack.operator_state) - {DESCRIPTORS_FIELD, SCHEME_FIELD}
             and all(h.key_groups for h in ack.handles)
         }
     )

@@ -122,9 +122,10 @@ def test_pipelines_list_show_and_unreadable_rows(world) -> None:
     env, root, _, _, _ = world
     assert as_json(env, "pipelines") == ["wordcount"]
     assert "wordcount" in cli(env, "pipelines").stdout
-    # show: each subtask's key-group range of the 128 groups, whole.
+    # show: the key groups of the 128 each subtask owns, whole: the word count's built-in
+    # aggregation groups keys by Spark's hash, every second group to each of its 2 subtasks.
     files = as_json(env, "show", "2")["state_files"]
-    assert sorted(f["key_groups"] for f in files) == ["0-63", "64-127"]
+    assert sorted(f["key_groups"] for f in files) == ["0-126 step 2", "1-127 step 2"]
     # A corrupt and an empty _metadata: UNREADABLE rows, never COMPLETED.
     (root / "wordcount/chk-0000000001/_metadata").write_bytes(b"{not json")
     table = cli(env, "list").stdout

@@ -1,0 +1,223 @@
+"""Key group schemes (state/keygroups.py) in Spark: a built-in aggregation's key groups are
+Spark's hash, its subtasks run in its own shuffle's partitions, rescales stay exact, and an
+operator whose state was grouped by blake2b keeps blake2b."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+from pyspark.sql import functions as F
+
+from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
+from microcheckpoint.engine.cycle import run_cycle
+from microcheckpoint.engine.runner import EpochResult
+from microcheckpoint.protocol.savepoints import (
+    ClaimMode,
+    choose_restore,
+    list_savepoints,
+    restore,
+)
+from microcheckpoint.state.backends import canonical_key
+from microcheckpoint.state.bootstrap import bootstrap_savepoint
+from microcheckpoint.state.keygroups import (
+    BLAKE2B,
+    SCHEME_FIELD,
+    SPARK_HASH,
+    key_group_for,
+    owned_key_groups,
+    spark_hash,
+    spark_key_group,
+)
+from microcheckpoint.state.reader import read_keyed_state
+from microcheckpoint.storage import FileStore
+
+MAX_P = 128
+UID = "counts"
+
+
+def test_spark_hash_is_spark_sql_hash_for_strings_ints_and_longs(spark) -> None:
+    rng = random.Random(7)
+    alphabet = [chr(c) for c in range(32, 127)] + ["å", "ß", "日", "本", "😀", "\u0000"]
+    strings = ["", "a", "ab", "abc", "abcd", "abcde"]
+    strings += ["".join(rng.choices(alphabet, k=rng.randrange(30))) for _ in range(300)]
+    longs = [0, 1, -1, 2**31, -(2**31) - 1, 2**63 - 1, -(2**63)]
+    longs += [rng.randrange(-(2**63), 2**63) for _ in range(200)]
+    ints = [0, 1, -1, 2**31 - 1, -(2**31)] + [rng.randrange(-(2**31), 2**31) for _ in range(200)]
+    for values, kind in ((strings, "string"), (longs, "long"), (ints, "int")):
+        frame = spark.createDataFrame([(v,) for v in values], f"v {kind}")
+        hashed = frame.select("v", F.hash("v").alias("h")).collect()
+        assert len(hashed) == len(values)
+        wrong = [(r.v, r.h, spark_hash(r.v, kind)) for r in hashed if r.h != spark_hash(r.v, kind)]
+        assert wrong == [], kind
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def _topic(bootstrap: str) -> str:
+    topic = _name("kgs")
+    with KafkaOffsets(bootstrap) as kafka:
+        kafka.create_topic(topic, 2)
+    return topic
+
+
+def _produce(bootstrap: str, topic: str, words: list[str]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for i, word in enumerate(words):
+            producer.send(topic, value=word.encode(), partition=i % 2)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def _words(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"w{rng.randrange(60)}" for _ in range(n)]
+
+
+def _epoch(spark, pipeline, store, bootstrap, parallelism) -> tuple[EpochResult, list[int]]:
+    """One cycle; also the stage count of each Spark job it ran."""
+    group = uuid.uuid4().hex
+    spark.sparkContext.setJobGroup(group, "key group scheme test")
+    try:
+        config = CheckpointConfig.from_mapping(
+            {"pipeline": pipeline.name, "storage": store.url, "retained": 5}
+        )
+        result = run_cycle(
+            spark, pipeline, config, store, bootstrap=bootstrap, parallelism=parallelism
+        )
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    tracker = spark.sparkContext.statusTracker()
+    jobs = sorted(tracker.getJobIdsForGroup(group))
+    return result, [len(tracker.getJobInfo(j).stageIds) for j in jobs]
+
+
+def _acks(result: EpochResult) -> dict[int, Any]:
+    assert result.metadata is not None
+    return {t.subtask: a for t, a in result.metadata.acks.items() if t.uid.value == UID}
+
+
+def _check_placement(result: EpochResult, parallelism: int, scheme: str) -> None:
+    """Every subtask acked, naming ``scheme``; the files it wrote hold only key groups it
+    owns, and a file it references from before (a rescale shares them) some of them."""
+    acks = _acks(result)
+    assert result.metadata is not None
+    folder = f"/{result.metadata.checkpoint_id.dirname}/"
+    assert sorted(acks) == list(range(parallelism))
+    for subtask, ack in acks.items():
+        named = ack.operator_state.get(SCHEME_FIELD, BLAKE2B)
+        assert named == scheme
+        owned = set(owned_key_groups(MAX_P, parallelism, subtask, scheme))
+        for handle in ack.handles:
+            if folder in handle.key:
+                assert set(handle.key_groups) <= owned, (subtask, handle.key)
+            else:
+                assert set(handle.key_groups) & owned, (subtask, handle.key)
+
+
+def _state_key_groups(store: Any, result: EpochResult) -> dict[str, int]:
+    """Every stored key and the key group whose rows hold it (read from the state files)."""
+    from microcheckpoint.state.chains import key_group_chains, load_key_group
+    from microcheckpoint.state.files import read_rows
+
+    assert result.metadata is not None
+    handles = [h for t, a in result.metadata.acks.items() if t.uid.value == UID for h in a.handles]
+    out: dict[str, int] = {}
+    for kg, chain in key_group_chains(handles).items():
+        for ck in load_key_group(chain, kg, lambda h: read_rows(store, h)):
+            out[json.loads(ck)] = kg
+    return out
+
+
+def test_a_new_aggregation_groups_by_spark_hash_in_one_shuffle_and_rescales_exactly(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    topic = _topic(kafka_bootstrap)
+    name = _name("kgs")
+    store = FileStore(f"file://{tmp_path}")
+    pipeline = Pipeline(name, KafkaSource(f"{name}-source", [topic], value_format="text")).then(
+        running_sum(UID, key="value")
+    )
+    produced: list[str] = []
+    # The epoch's one job: read and partial counts, the shuffle by key into the final counts
+    # and the subtasks, then the count of the outputs (its own stage). That takes as many
+    # subtasks as the session's shuffle partitions (2), dividing 128; with 3 or 4, the rows
+    # go to the subtasks in a shuffle of their own: one stage more.
+    for epoch, (parallelism, stages) in enumerate([(2, 3), (3, 4), (4, 4), (2, 3)]):
+        words = _words(200, epoch)
+        _produce(kafka_bootstrap, topic, words)
+        produced += words
+        result, jobs = _epoch(spark, pipeline, store, kafka_bootstrap, parallelism)
+        assert result.records == 200
+        assert max(jobs) == stages, (parallelism, jobs)
+        _check_placement(result, parallelism, SPARK_HASH)
+        assert read_keyed_state(store, name, UID) == dict(Counter(produced))  # the fold
+        where = _state_key_groups(store, result)
+        assert where == {w: spark_key_group(w, MAX_P) for w in set(produced)}
+
+
+def test_an_aggregation_stored_by_blake2b_keeps_blake2b(spark, kafka_bootstrap, tmp_path) -> None:
+    # State imported with `state import` is grouped by blake2b: after the restore the
+    # operator keeps that scheme (its subtasks route rows in Python), and counts stay exact.
+    topic = _topic(kafka_bootstrap)
+    name = _name("kgs-b2")
+    store = FileStore(f"file://{tmp_path}")
+    imported = {canonical_key(f"w{i}"): 1000 + i for i in range(10)}
+    bootstrap_savepoint(store, name, UID, imported, parallelism=2, offsets="startup")
+    (prefix,) = list_savepoints(store, name)
+    point = choose_restore(store, name, savepoint=(store, prefix))
+    assert point is not None
+    restore(store, name, point, ClaimMode.NO_CLAIM)
+    pipeline = Pipeline(name, KafkaSource(f"{name}-source", [topic], value_format="text")).then(
+        running_sum(UID, key="value")
+    )
+    expected = Counter({json.loads(k): v for k, v in imported.items()})
+    for epoch, parallelism in enumerate([2, 4]):
+        words = _words(100, 10 + epoch)
+        _produce(kafka_bootstrap, topic, words)
+        expected.update(words)
+        result, _ = _epoch(spark, pipeline, store, kafka_bootstrap, parallelism)
+        _check_placement(result, parallelism, BLAKE2B)
+        assert read_keyed_state(store, name, UID) == dict(expected)
+        where = _state_key_groups(store, result)
+        assert where == {w: key_group_for(canonical_key(w).encode(), MAX_P) for w in expected}
+
+
+@pytest.mark.parametrize(("adaptive", "coalesce"), [("true", "true")])
+def test_adaptive_coalescing_takes_the_rows_own_shuffle(
+    spark, kafka_bootstrap, tmp_path, adaptive: str, coalesce: str
+) -> None:
+    # Coalesced partitions would hold several subtasks: the runner does not use them.
+    topic = _topic(kafka_bootstrap)
+    name = _name("kgs-aqe")
+    store = FileStore(f"file://{tmp_path}")
+    pipeline = Pipeline(name, KafkaSource(f"{name}-source", [topic], value_format="text")).then(
+        running_sum(UID, key="value")
+    )
+    words = _words(300, 99)
+    _produce(kafka_bootstrap, topic, words)
+    keys = ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled")
+    before = {k: spark.conf.get(k, None) for k in keys}
+    spark.conf.set(keys[0], adaptive)
+    spark.conf.set(keys[1], coalesce)
+    try:
+        result, _ = _epoch(spark, pipeline, store, kafka_bootstrap, 2)
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+    _check_placement(result, 2, SPARK_HASH)
+    assert read_keyed_state(store, name, UID) == dict(Counter(words))
