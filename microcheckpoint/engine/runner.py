@@ -55,7 +55,7 @@ from microcheckpoint.engine.operator_state import PartitionOperator
 from microcheckpoint.engine.operator_subtask import idle_acks as partition_idle_acks
 from microcheckpoint.engine.placement import per_subtask
 from microcheckpoint.engine.routing import KG, SUBTASK, route
-from microcheckpoint.engine.sinkstage import SinkContext, stage_table
+from microcheckpoint.engine.sinkstage import SinkContext, stage_partition, stage_table
 from microcheckpoint.engine.sources import (
     KafkaSplitReader,
     kafka_schema,
@@ -242,8 +242,9 @@ def _no_rows(spark: Any) -> Any:
     return spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias("__no_rows"))
 
 
-def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
-    """The DataFrame of keyed operator ``op``'s outputs, each subtask run once.
+def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tuple[Any, bool]:
+    """The DataFrame of keyed operator ``op``'s outputs, each subtask run once, and whether
+    its partition ``i`` holds the outputs of subtask ``i`` (and only those).
 
     A built-in aggregation is computed per key by Spark SQL first. Under ``SPARK_HASH``,
     when ``_shuffle_is_subtask``, each partition of the aggregation's shuffle is one
@@ -270,7 +271,8 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
 
                 return merge_partition(ctx, TaskContext.get().partitionId(), batches)
 
-            return _with_key_groups(df, op, ctx).mapInArrow(in_partition, op.output_schema)
+            keyed = _with_key_groups(df, op, ctx)
+            return keyed.mapInArrow(in_partition, op.output_schema), True
     routed = _with_key_groups(df, op, ctx)
     grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
     fn = op.fn
@@ -282,12 +284,29 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
         return merge_aggregate(ctx, subtask, table)
 
     run = process if op.aggregate is None else merge
-    return per_subtask(spark, grouped, SUBTASK, ctx.parallelism, run, op.output_schema)
+    return per_subtask(spark, grouped, SUBTASK, ctx.parallelism, run, op.output_schema), False
 
 
-def _sink_stage(spark: Any, df: Any, sink: Sink, ctx: SinkContext, parallelism: int) -> Any:
-    """The DataFrame that pre-commits ``df`` into ``sink`` as ``parallelism`` parts."""
+def _sink_stage(
+    spark: Any, df: Any, sink: Sink, ctx: SinkContext, parallelism: int, in_place: bool
+) -> Any:
+    """The DataFrame that pre-commits ``df`` into ``sink`` as ``parallelism`` parts.
+
+    ``in_place``: ``df``'s partition ``i`` is keyed subtask ``i``'s output, so it becomes
+    part ``i`` where it is (``sinkstage.stage_partition``). Otherwise each row goes to the
+    part of its content's hash, in a shuffle.
+    """
     from pyspark.sql import functions as F
+
+    if in_place:
+
+        def in_partition(batches):  # type: ignore[no-untyped-def]
+            from pyspark import TaskContext
+
+            part = TaskContext.get().partitionId()
+            return stage_partition(ctx, sink, part, parallelism, batches)
+
+        return df.mapInArrow(in_partition, "part int, rows long")
 
     columns = [F.col(f"`{c}`") for c in df.columns]
     row = F.to_json(F.struct(*columns)) if columns else F.lit("")
@@ -372,8 +391,9 @@ def run_epoch(
         df = df.persist()  # read once: for the event times, then for the stages
         cached.append(df)
     marks = epoch_watermarks(pipeline, plan, store, df, bootstrap)
-    # Step 2: the stages.
+    # Step 2: the stages. ``in_place``: partition i of ``df`` is keyed subtask i's output.
     stages = pipeline.stages if df is not None else []
+    in_place = False
     for i, stage in enumerate(stages):
         last = i == len(stages) - 1
         if isinstance(stage, Sink):
@@ -388,7 +408,7 @@ def run_epoch(
                 plan.attempt,
                 plan.mode.value,
             )
-            staged.append(_sink_stage(spark, df, stage, ctx, parallelism))
+            staged.append(_sink_stage(spark, df, stage, ctx, parallelism, in_place))
         elif isinstance(stage, KeyedOperator):
             op_ctx = OperatorContext(
                 store_url=store.url,
@@ -412,7 +432,7 @@ def run_epoch(
                 key_groups=key_group_scheme(plan, stage),
                 **operator_event_options(pipeline, stage, marks, df),
             )
-            df = _keyed(spark, df, stage, op_ctx)
+            df, in_place = _keyed(spark, df, stage, op_ctx)
             if not last and not isinstance(stages[i + 1], Sink):
                 # Run it once now: its state and acks must not depend on what later
                 # stages let Spark prune or compute twice. A sink next reads every row
@@ -426,8 +446,10 @@ def run_epoch(
                 spark, df, stage, plan, store, options, parallelism, faults, persist=not last
             )
             cached.append(df)
+            in_place = False
         else:
             df = stage(df)
+            in_place = False
     # Step 3: the actions.
     outputs: list[dict[str, Any]] | None = [] if collect else None
     if df is not None:

@@ -33,7 +33,14 @@ from microcheckpoint.storage import ObjectStore, each
 if TYPE_CHECKING:
     from microcheckpoint.engine.api import Pipeline
 
-__all__ = ["SinkContext", "commit_sinks", "sink_publisher", "stage_part", "stage_table"]
+__all__ = [
+    "SinkContext",
+    "commit_sinks",
+    "sink_publisher",
+    "stage_part",
+    "stage_partition",
+    "stage_table",
+]
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,30 @@ def stage_table(ctx: SinkContext, sink: Sink, part: int, table: pa.Table) -> pa.
     rows = data_rows(table).drop_columns([KG, SUBTASK]).to_pylist()
     count = next(stage_part(ctx, sink, part, rows))
     return pa.table({"part": pa.array([part], pa.int32()), "rows": pa.array([count], pa.int64())})
+
+
+def stage_partition(
+    ctx: SinkContext, sink: Sink, part: int, parts: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``stage_part`` for Spark partition ``part``, whose rows are part ``part`` (the rows
+    of keyed subtask ``part``, partitioned by the aggregation's shuffle: no shuffle of their
+    own); yields one row ``(part, rows)``.
+
+    Raises:
+        PlacementError: a partition beyond the ``parts`` parts (nothing is written).
+    """
+    from microcheckpoint.engine.keyed import PlacementError
+
+    if not 0 <= part < parts:
+        raise PlacementError(
+            f"sink {sink.uid!r}: Spark partition {part} is beyond its {parts} parts "
+            "(nothing was written)"
+        )
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    count = next(stage_part(ctx, sink, part, rows))
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([part], pa.int32()), pa.array([count], pa.int64())], names=["part", "rows"]
+    )
 
 
 def commit_sinks(

@@ -14,6 +14,7 @@ import pytest
 from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
+from examples.wordcount import build
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
@@ -25,6 +26,7 @@ from microcheckpoint.protocol.savepoints import (
     list_savepoints,
     restore,
 )
+from microcheckpoint.sinks.files import read_committed
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.bootstrap import bootstrap_savepoint
 from microcheckpoint.state.keygroups import (
@@ -221,3 +223,33 @@ def test_adaptive_coalescing_takes_the_rows_own_shuffle(
                 spark.conf.set(k, v)
     _check_placement(result, 2, SPARK_HASH)
     assert read_keyed_state(store, name, UID) == dict(Counter(words))
+
+
+def test_a_sink_after_the_aggregation_stages_each_subtask_s_output_in_its_partition(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    # Word count with a file sink: one job of two stages (read and partial counts; final
+    # counts, merge and the sink's parts), every epoch's totals published exactly once.
+    topic = _topic(kafka_bootstrap)
+    name = _name("kgs-sink")
+    store = FileStore(f"file://{tmp_path}/chk")
+    target = f"file://{tmp_path}/out"
+    pipeline = build(topic, name, sink_target=target)
+    produced: list[str] = []
+    for epoch, (parallelism, stages) in enumerate([(2, 2), (3, 4), (2, 2)]):
+        words = _words(150, 20 + epoch)
+        _produce(kafka_bootstrap, topic, words)
+        produced += words
+        result, jobs = _epoch(spark, pipeline, store, kafka_bootstrap, parallelism)
+        assert max(jobs) == stages, (parallelism, jobs)
+        assert result.metadata is not None
+        parts = {t.subtask for t in result.metadata.acks if t.uid.value == "word-totals"}
+        assert parts == set(range(parallelism))
+        assert read_keyed_state(store, name, "word-counts") == dict(Counter(produced))
+        published = read_committed(target, name, "word-totals")
+        rows = [(r["key"], r["total"]) for r in published]
+        assert len(rows) == len(set(rows))  # nothing twice
+        finals: dict[str, int] = {}
+        for word, total in rows:
+            finals[word] = max(finals.get(word, 0), total)
+        assert finals == dict(Counter(produced))

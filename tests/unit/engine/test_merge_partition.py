@@ -1,5 +1,6 @@
-"""``keyed.merge_partition``: a partition of the aggregation's shuffle is one subtask, and
-rows of another subtask are refused before anything is read or written."""
+"""``keyed.merge_partition`` and ``sinkstage.stage_partition``: a partition of the
+aggregation's shuffle is one subtask (and one sink part); rows of another subtask, or a
+partition beyond them, are refused before anything is read or written."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import pytest
 
 from microcheckpoint.engine.keyed import AGGREGATE, OperatorContext, PlacementError, merge_partition
 from microcheckpoint.engine.routing import KG, SUBTASK
+from microcheckpoint.engine.sinkstage import SinkContext, stage_partition
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import Ack
 from microcheckpoint.protocol.records.codec import decode
+from microcheckpoint.sinks.files import FileSink
 from microcheckpoint.state.keygroups import SCHEME_FIELD, SPARK_HASH, spark_key_group
 from microcheckpoint.storage import FileStore
 
@@ -88,3 +91,18 @@ def test_rows_of_another_subtask_or_a_partition_too_many_write_nothing(
     with pytest.raises(PlacementError, match="operator 'counts': Spark partition"):
         list(merge_partition(_ctx(tmp_path), partition, iter([rows])))
     assert list(tmp_path.rglob("*")) == []
+
+
+def test_a_sink_partition_stages_its_part_and_one_beyond_the_parts_writes_nothing(
+    tmp_path,
+) -> None:
+    ctx = SinkContext(f"file://{tmp_path}/chk", {}, "pipe", 1, 2, "EXACTLY_ONCE")
+    sink = FileSink("totals", f"file://{tmp_path}/out")
+    batch = pa.RecordBatch.from_pydict({"key": ["a", "b"], "total": [1, 2]})
+    out = pa.Table.from_batches(list(stage_partition(ctx, sink, 1, 2, iter([batch]))))
+    assert out.to_pylist() == [{"part": 1, "rows": 2}]
+    staged = sorted(p.name for p in (tmp_path / "chk").rglob("*") if p.is_file())
+    assert staged == ["part-00001-a00002.jsonl", "totals#1.json"]
+    with pytest.raises(PlacementError, match="sink 'totals': Spark partition 2 is beyond"):
+        list(stage_partition(ctx, sink, 2, 2, iter([batch])))
+    assert sorted(p.name for p in (tmp_path / "chk").rglob("*") if p.is_file()) == staged
