@@ -29,8 +29,7 @@ from harness import services
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.state.backends import canonical_key
-from microcheckpoint.state.keygroups import key_group_for
+from microcheckpoint.state.keygroups import spark_key_group
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import FileStore
 
@@ -63,7 +62,8 @@ def send(bootstrap: str, topic: str, keys: list[str]) -> None:
 
 
 def key_group(k: str) -> int:
-    return key_group_for(canonical_key(k).encode(), MAX_PARALLELISM)
+    """A key's group in the built-in aggregation's state (``spark-murmur3``)."""
+    return spark_key_group(k, MAX_PARALLELISM)
 
 
 def written_bytes(meta: Any, layout: Layout) -> tuple[int, int, int]:
