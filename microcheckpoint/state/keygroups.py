@@ -53,7 +53,8 @@ def key_group_for(key: bytes, max_parallelism: int) -> int:
     return int.from_bytes(digest, "big") % max_parallelism
 
 
-def _check(max_parallelism: int, parallelism: int) -> None:
+def _check(max_parallelism: int, parallelism: int, what: str, index: int, bound: int) -> None:
+    """Refuse a parallelism out of range, then an index (``what``) outside ``[0, bound)``."""
     if not 1 <= parallelism <= max_parallelism:
         raise ConfigError(
             "parallelism",
@@ -61,13 +62,13 @@ def _check(max_parallelism: int, parallelism: int) -> None:
             f"an integer from 1 to max_parallelism ({max_parallelism}); raise max_parallelism "
             "only for a new pipeline, since it fixes the key groups of stored state",
         )
+    if not 0 <= index < bound:
+        raise InvalidValue(f"{what} {index} is outside [0, {bound})")
 
 
 def key_group_range(max_parallelism: int, parallelism: int, subtask: int) -> range:
     """The key groups subtask ``subtask`` of ``parallelism`` owns (contiguous, maybe empty)."""
-    _check(max_parallelism, parallelism)
-    if not 0 <= subtask < parallelism:
-        raise InvalidValue(f"subtask {subtask} is outside [0, {parallelism})")
+    _check(max_parallelism, parallelism, "subtask", subtask, parallelism)
     start = (subtask * max_parallelism + parallelism - 1) // parallelism
     end = ((subtask + 1) * max_parallelism + parallelism - 1) // parallelism
     return range(start, end)
@@ -75,9 +76,7 @@ def key_group_range(max_parallelism: int, parallelism: int, subtask: int) -> ran
 
 def subtask_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
     """The subtask of ``parallelism`` that owns ``key_group``."""
-    _check(max_parallelism, parallelism)
-    if not 0 <= key_group < max_parallelism:
-        raise InvalidValue(f"key group {key_group} is outside [0, {max_parallelism})")
+    _check(max_parallelism, parallelism, "key group", key_group, max_parallelism)
     return key_group * parallelism // max_parallelism
 
 
@@ -88,9 +87,7 @@ def owned_key_groups(
     check_scheme(scheme)
     if scheme == BLAKE2B:
         return key_group_range(max_parallelism, parallelism, subtask)
-    _check(max_parallelism, parallelism)
-    if not 0 <= subtask < parallelism:
-        raise InvalidValue(f"subtask {subtask} is outside [0, {parallelism})")
+    _check(max_parallelism, parallelism, "subtask", subtask, parallelism)
     return range(subtask, max_parallelism, parallelism)
 
 
@@ -99,9 +96,7 @@ def owner_of(max_parallelism: int, parallelism: int, key_group: int, scheme: str
     check_scheme(scheme)
     if scheme == BLAKE2B:
         return subtask_for_key_group(max_parallelism, parallelism, key_group)
-    _check(max_parallelism, parallelism)
-    if not 0 <= key_group < max_parallelism:
-        raise InvalidValue(f"key group {key_group} is outside [0, {max_parallelism})")
+    _check(max_parallelism, parallelism, "key group", key_group, max_parallelism)
     return key_group % parallelism
 
 

@@ -82,6 +82,12 @@ def _produce(bootstrap: str, topic: str, words: list[str]) -> None:
         producer.close()
 
 
+def _counting(name: str, topic: str) -> Pipeline:
+    """Each record's text counted per value: a built-in aggregation, uid ``UID``."""
+    source = KafkaSource(f"{name}-source", [topic], value_format="text")
+    return Pipeline(name, source).then(running_sum(UID, key="value"))
+
+
 def _words(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     return [f"w{rng.randrange(60)}" for _ in range(n)]
@@ -148,9 +154,7 @@ def test_a_new_aggregation_groups_by_spark_hash_in_one_shuffle_and_rescales_exac
     topic = _topic(kafka_bootstrap)
     name = _name("kgs")
     store = FileStore(f"file://{tmp_path}")
-    pipeline = Pipeline(name, KafkaSource(f"{name}-source", [topic], value_format="text")).then(
-        running_sum(UID, key="value")
-    )
+    pipeline = _counting(name, topic)
     produced: list[str] = []
     # The epoch's one job: read and partial counts, the shuffle by key into the final counts
     # and the subtasks, then the count of the outputs (its own stage). That takes as many
@@ -181,9 +185,7 @@ def test_an_aggregation_stored_by_blake2b_keeps_blake2b(spark, kafka_bootstrap, 
     point = choose_restore(store, name, savepoint=(store, prefix))
     assert point is not None
     restore(store, name, point, ClaimMode.NO_CLAIM)
-    pipeline = Pipeline(name, KafkaSource(f"{name}-source", [topic], value_format="text")).then(
-        running_sum(UID, key="value")
-    )
+    pipeline = _counting(name, topic)
     expected = Counter({json.loads(k): v for k, v in imported.items()})
     for epoch, parallelism in enumerate([2, 4]):
         words = _words(100, 10 + epoch)
@@ -204,9 +206,7 @@ def test_adaptive_coalescing_takes_the_rows_own_shuffle(
     topic = _topic(kafka_bootstrap)
     name = _name("kgs-aqe")
     store = FileStore(f"file://{tmp_path}")
-    pipeline = Pipeline(name, KafkaSource(f"{name}-source", [topic], value_format="text")).then(
-        running_sum(UID, key="value")
-    )
+    pipeline = _counting(name, topic)
     words = _words(300, 99)
     _produce(kafka_bootstrap, topic, words)
     keys = ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled")
