@@ -205,15 +205,27 @@ def key_group_scheme(plan: EpochPlan, op: KeyedOperator) -> str:
 
 def _shuffle_is_subtask(spark: Any, ctx: OperatorContext) -> bool:
     """Whether a ``SPARK_HASH`` aggregation's own shuffle places every key in its subtask's
-    partition: ``parallelism`` shuffle partitions dividing ``max_parallelism``, and no
-    adaptive execution to coalesce them."""
+    partition: ``parallelism`` shuffle partitions dividing ``max_parallelism``, and adaptive
+    execution off."""
     if ctx.key_groups != SPARK_HASH or ctx.max_parallelism % ctx.parallelism:
         return False
     if int(spark.conf.get("spark.sql.shuffle.partitions")) != ctx.parallelism:
         return False
-    adaptive = spark.conf.get("spark.sql.adaptive.enabled", "true").lower() == "true"
-    coalesce = spark.conf.get("spark.sql.adaptive.coalescePartitions.enabled", "true")
-    return not (adaptive and coalesce.lower() == "true")
+    # Adaptive execution may coalesce the partitions, or plan an empty shuffle as none:
+    # then some subtask would not run, nor ack.
+    return spark.conf.get("spark.sql.adaptive.enabled", "true").lower() != "true"
+
+
+def _normalized_key(df: Any, key: str) -> Any:
+    """``df`` with an integer key as a bigint and a float key as a double: Spark's hash of 5
+    as an int is not its hash as a long, and a key's group must not depend on its width."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType
+
+    kind = df.schema[key].dataType
+    wider = "bigint" if isinstance(kind, (ByteType, ShortType, IntegerType)) else None
+    wider = "double" if isinstance(kind, FloatType) else wider
+    return df if wider is None else df.withColumn(key, F.col(f"`{key}`").cast(wider))
 
 
 def _with_key_groups(df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
@@ -254,6 +266,8 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
     """
     from pyspark.sql import functions as F
 
+    if ctx.key_groups == SPARK_HASH:
+        df = _normalized_key(df, op.key)
     if op.aggregate is not None:
         agg = op.aggregate
         column = F.lit(1) if agg.value is None else F.col(agg.value)

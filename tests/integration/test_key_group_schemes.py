@@ -198,30 +198,36 @@ def test_an_aggregation_stored_by_blake2b_keeps_blake2b(spark, kafka_bootstrap, 
         assert where == {w: key_group_for(canonical_key(w).encode(), MAX_P) for w in expected}
 
 
-@pytest.mark.parametrize(("adaptive", "coalesce"), [("true", "true")])
-def test_adaptive_coalescing_takes_the_rows_own_shuffle(
+@pytest.mark.parametrize(("adaptive", "coalesce"), [("true", "true"), ("true", "false")])
+def test_adaptive_execution_takes_the_rows_own_shuffle(
     spark, kafka_bootstrap, tmp_path, adaptive: str, coalesce: str
 ) -> None:
-    # Coalesced partitions would hold several subtasks: the runner does not use them.
+    # Coalesced partitions would hold several subtasks, and an empty shuffle planned as
+    # none would run no subtask: with adaptive execution on, the rows take their own shuffle.
     topic = _topic(kafka_bootstrap)
     name = _name("kgs-aqe")
     store = FileStore(f"file://{tmp_path}")
-    pipeline = _counting(name, topic)
+    source = KafkaSource(f"{name}-source", [topic], value_format="text")
+    kept = Pipeline(name, source).then(lambda df: df.where("value != 'skip'"))
+    pipeline = kept.then(running_sum(UID, key="value"))
     words = _words(300, 99)
-    _produce(kafka_bootstrap, topic, words)
     keys = ("spark.sql.adaptive.enabled", "spark.sql.adaptive.coalescePartitions.enabled")
     before = {k: spark.conf.get(k, None) for k in keys}
     spark.conf.set(keys[0], adaptive)
     spark.conf.set(keys[1], coalesce)
     try:
-        result, _ = _epoch(spark, pipeline, store, kafka_bootstrap, 2)
+        # Then an epoch whose every record the filter drops: its aggregation has no input.
+        for batch in (words, ["skip"] * 10):
+            _produce(kafka_bootstrap, topic, batch)
+            result, _ = _epoch(spark, pipeline, store, kafka_bootstrap, 2)
+            assert result.records == len(batch)
+            _check_placement(result, 2, SPARK_HASH)
     finally:
         for k, v in before.items():
             if v is None:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
-    _check_placement(result, 2, SPARK_HASH)
     assert read_keyed_state(store, name, UID) == dict(Counter(words))
 
 
@@ -253,3 +259,34 @@ def test_a_sink_after_the_aggregation_stages_each_subtask_s_output_in_its_partit
         for word, total in rows:
             finals[word] = max(finals.get(word, 0), total)
         assert finals == dict(Counter(produced))
+
+
+def test_a_key_column_that_changes_width_keeps_its_key_groups(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    # Spark's hash of 5 as an int differs from 5 as a long: the key is hashed as a long
+    # whatever its integer width, so a pipeline whose code (or input) narrows or widens the
+    # key keeps every key in its group, and the counts stay the fold of the input.
+    topic = _topic(kafka_bootstrap)
+    name = _name("kgs-width")
+    store = FileStore(f"file://{tmp_path}")
+    source = KafkaSource(f"{name}-source", [topic], value_format="json", schema={"n": "long"})
+
+    def counting(width: str) -> Pipeline:
+        narrow = lambda df: df.withColumn("n", F.col("n").cast(width))  # noqa: E731
+        return Pipeline(name, source).then(narrow).then(running_sum(UID, key="n"))
+
+    expected: Counter[int] = Counter()
+    for epoch, width in enumerate(["int", "bigint", "smallint"]):
+        numbers = [random.Random(epoch).randrange(40) for _ in range(120)]
+        producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+        for i, n in enumerate(numbers):
+            producer.send(topic, value=json.dumps({"n": n}).encode(), partition=i % 2)
+        producer.flush()
+        producer.close()
+        expected.update(numbers)
+        result, _ = _epoch(spark, counting(width), store, kafka_bootstrap, 2)
+        _check_placement(result, 2, SPARK_HASH)
+        assert read_keyed_state(store, name, UID) == dict(expected)
+        where = _state_key_groups(store, result)
+        assert where == {n: spark_key_group(n, MAX_P, "long") for n in expected}
