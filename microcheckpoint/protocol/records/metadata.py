@@ -17,6 +17,7 @@ from microcheckpoint.protocol.barrier import Barrier
 from microcheckpoint.protocol.records.checkpoint import Ack
 from microcheckpoint.protocol.records.handles import StateHandle
 from microcheckpoint.protocol.records.statistics import CheckpointStatistics
+from microcheckpoint.protocol.schemes import SCHEME_FIELD
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = [
@@ -29,7 +30,10 @@ __all__ = [
 ]
 
 FORMAT = "microcheckpoint/metadata"
-VERSION = 1
+# 2: some operator's acks name a key group scheme (``protocol.schemes``). Written only then,
+# so versions before schemes still read every other ``_metadata``, and refuse such state
+# rather than take its key groups for blake2b ones and misplace its keys.
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class CheckpointMetadata:
 def encode_metadata(meta: CheckpointMetadata) -> bytes:
     body = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": 2 if any(SCHEME_FIELD in a.operator_state for a in meta.acks.values()) else 1,
         "kind": meta.kind,
         "pipeline": meta.pipeline,
         "checkpoint_id": meta.checkpoint_id.value,

@@ -18,6 +18,7 @@ from microcheckpoint.protocol.records.metadata import (
     decode_metadata,
     encode_metadata,
 )
+from microcheckpoint.protocol.schemes import SCHEME_FIELD, SPARK_HASH
 from microcheckpoint.state.handles import StateHandle
 
 SOURCE = "file:///store/pipe/chk-0000000004/_metadata"
@@ -78,7 +79,7 @@ def test_round_trip_savepoint_kind() -> None:
 def test_encoded_body() -> None:
     body = json.loads(encode_metadata(sample()))
     assert body["format"] == FORMAT == "microcheckpoint/metadata"
-    assert body["version"] == VERSION == 1
+    assert body["version"] == 1  # no operator names a key group scheme: older versions read it
     assert body["offsets"] == {"events:0": 25, "events:1": 3}
     assert body["barrier"] == {"events:0": [10, 25], "events:1": [3, 3]}
     assert sorted(body["tasks"]) == ["agg#1", "source#0"]
@@ -119,14 +120,25 @@ def test_foreign_format(body: object, found: str) -> None:
     )
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None, 1.5])
+def test_state_grouped_by_spark_hash_is_version_2_so_older_versions_refuse_it() -> None:
+    # An older microcheckpoint would take the groups for blake2b ones and misplace keys.
+    meta = sample()
+    named = dataclasses.replace(meta.acks[AGG], operator_state={SCHEME_FIELD: SPARK_HASH})
+    meta = dataclasses.replace(meta, acks={**meta.acks, AGG: named})
+    body = json.loads(encode_metadata(meta))
+    assert body["version"] == VERSION == 2
+    assert decode_metadata(encode_metadata(meta), SOURCE) == meta
+    assert body["tasks"]["agg#1"]["operator_state"] == {SCHEME_FIELD: SPARK_HASH}
+
+
+@pytest.mark.parametrize("version", [3, 0, "1", None, 1.5])
 def test_unreadable_version(version: object) -> None:
     body = json.loads(encode_metadata(sample()))
     body["version"] = version
     with pytest.raises(MetadataFormatError) as caught:
         decode_metadata(json.dumps(body).encode(), SOURCE)
     assert str(caught.value) == (
-        f"{SOURCE} has format version {version!r}; this microcheckpoint reads versions 1..1. "
+        f"{SOURCE} has format version {version!r}; this microcheckpoint reads versions 1..2. "
         "Upgrade microcheckpoint to read it"
     )
 
