@@ -7,14 +7,18 @@ code runs in-process, under ``spark-submit`` and as a Spark Connect client:
    barrier is read in an executor and becomes Arrow record batches;
 2. the stages, in order:
    - plain DataFrame functions as they are;
-   - a keyed operator: rows get their key group and subtask (``routing.route``, once per
-     distinct key), one marker row per subtask makes every subtask run, and
+   - a keyed operator: rows get their key group and subtask by its key group scheme
+     (Spark SQL's hash, or ``routing.route`` once per distinct key), one marker row per
+     subtask makes every subtask run, and
      ``placement.per_subtask`` (an ``applyInArrow`` per subtask, the subtasks spread over
      the tasks) runs ``keyed.process_subtask`` — restore, ``fn`` per key, snapshot, ack
      from the executor; it runs in a job of its own (persisted), or, when a sink comes
      next, in the sink's job;
    - a built-in aggregation: Spark SQL aggregates per key first, so only one row per touched
-     key reaches ``keyed.merge_aggregate``;
+     key reaches ``keyed.merge_aggregate``; with Spark-hash key groups and as many shuffle
+     partitions as subtasks, in the partitions of the aggregation's own shuffle
+     (``keyed.merge_partition``), with no shuffle of its own, and a sink right after it
+     stages each partition where it is;
    - a sink: rows get a part by a hash of their columns, and each part is staged (or, at
      least once, published) and acked by ``sinkstage.stage_part``;
 3. the source's ack (the barrier's ends) from the driver.
