@@ -2,7 +2,8 @@
 
 Imports no Spark: the runner ships an ``OperatorContext`` and the user's function to the
 executors. Each subtask is called once per epoch with an Arrow table of its rows (the
-router's marker row guarantees the call even when no row reached it) and:
+router's marker row guarantees the call even when no row reached it; in the aggregation's
+own shuffle, ``merge_partition``, its partition runs even when empty) and:
 
 1. restores, for the keys its rows touch, their state before this epoch;
 2. applies the operator: the user's ``fn(key, rows, state)`` per key, in a deterministic
