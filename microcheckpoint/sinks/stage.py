@@ -7,8 +7,10 @@ with a ``StageSink``; the downstream stage starts with a ``StageSource`` over th
 tail dedup, docs/sinks.md) with two differences:
 
 - a row goes to the partition that owns its key's key group: partition ``p`` of ``P`` holds
-  the key groups subtask ``p`` of parallelism ``P`` would own, so a downstream keyed stage
-  with parallelism ``P`` reads one partition per subtask (Flink's keyBy between stages);
+  the blake2b key groups subtask ``p`` of parallelism ``P`` would own (Flink's keyBy between
+  stages). All rows of a key go to one partition, in order; the downstream keyed stage still
+  routes its rows by its own key group scheme (``state.keygroups``), so this placement is
+  locality, never correctness;
 - every partition ends each epoch with a barrier marker (``protocol.markers``), also when the
   epoch wrote no row there, so downstream knows where epoch ``n`` ends in every channel.
 
