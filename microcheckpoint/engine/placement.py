@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PLACE", "per_subtask", "placement_codes"]
+__all__ = ["PLACE", "per_partition", "per_subtask", "placement_codes"]
 
 PLACE = "__place"
 _SEED = 42  # Spark's Murmur3Hash seed (HashPartitioning)
@@ -91,3 +91,17 @@ def per_subtask(
         return function(subtask_of[key[0].as_py()], table.drop_columns([PLACE]))
 
     return placed.groupBy(PLACE).applyInArrow(run, schema)
+
+
+def per_partition(frame: Any, function: Callable[[int, Any], Any], schema: Any) -> Any:
+    """Call ``function(partition, batches)`` once per Spark partition of ``frame``, where the
+    partitions already are the subtasks (no shuffle); it yields Arrow batches of ``schema``.
+    """
+
+    # A closure without annotations: pyspark cannot inspect a functools.partial here.
+    def run(batches):  # type: ignore[no-untyped-def]
+        from pyspark import TaskContext
+
+        return function(TaskContext.get().partitionId(), batches)
+
+    return frame.mapInArrow(run, schema)

@@ -57,7 +57,7 @@ from microcheckpoint.engine.keyed import (
 from microcheckpoint.engine.operator_stage import partition_stage
 from microcheckpoint.engine.operator_state import PartitionOperator
 from microcheckpoint.engine.operator_subtask import idle_acks as partition_idle_acks
-from microcheckpoint.engine.placement import per_subtask
+from microcheckpoint.engine.placement import per_partition, per_subtask
 from microcheckpoint.engine.routing import KG, SUBTASK, route
 from microcheckpoint.engine.sinkstage import SinkContext, stage_partition, stage_table
 from microcheckpoint.engine.sources import (
@@ -283,18 +283,13 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
             df = df.unionByName(_no_rows(spark), allowMissingColumns=True)
         df = df.groupBy(op.key).agg(reduce(column).alias(AGGREGATE))
         if fast:
-            # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial.
-            def in_partition(batches):  # type: ignore[no-untyped-def]
-                from pyspark import TaskContext
-
-                return merge_partition(ctx, TaskContext.get().partitionId(), batches)
-
-            keyed = _with_key_groups(df, op, ctx)
-            return keyed.mapInArrow(in_partition, op.output_schema), True
+            merge_in = functools.partial(merge_partition, ctx)
+            return per_partition(_with_key_groups(df, op, ctx), merge_in, op.output_schema), True
     routed = _with_key_groups(df, op, ctx)
     grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
     fn = op.fn
 
+    # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial here.
     def process(subtask, table):  # type: ignore[no-untyped-def]
         return process_subtask(ctx, fn, subtask, table)
 
@@ -318,13 +313,10 @@ def _sink_stage(
 
     if in_place:
 
-        def in_partition(batches):  # type: ignore[no-untyped-def]
-            from pyspark import TaskContext
-
-            part = TaskContext.get().partitionId()
+        def stage_in(part, batches):  # type: ignore[no-untyped-def]
             return stage_partition(ctx, sink, part, parallelism, batches)
 
-        return df.mapInArrow(in_partition, "part int, rows long")
+        return per_partition(df, stage_in, "part int, rows long")
 
     columns = [F.col(f"`{c}`") for c in df.columns]
     row = F.to_json(F.struct(*columns)) if columns else F.lit("")
