@@ -359,13 +359,14 @@ def show(
         for task, ack in meta.acks.items():
             subtasks[str(task.uid)] = subtasks.get(str(task.uid), 0) + 1
             states.setdefault(str(task.uid), []).append(ack.operator_state)
+        schemes = {uid: scheme_of(found) for uid, found in states.items()}
         files = []
         for task, ack in sorted(meta.acks.items(), key=lambda item: str(item[0])):
             for h in ack.handles:
                 owned = ""
                 if h.key_groups:
-                    scheme = scheme_of(states[str(task.uid)])
-                    share = owned_key_groups(max_p, subtasks[str(task.uid)], task.subtask, scheme)
+                    uid = str(task.uid)
+                    share = owned_key_groups(max_p, subtasks[uid], task.subtask, schemes[uid])
                     owned = f"{share.start}-{share[-1]}" if share else ""
                     if share.step > 1:
                         owned += f" step {share.step}"

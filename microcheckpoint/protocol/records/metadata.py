@@ -84,7 +84,9 @@ class CheckpointMetadata:
 def encode_metadata(meta: CheckpointMetadata) -> bytes:
     body = {
         "format": FORMAT,
-        "version": 2 if any(SCHEME_FIELD in a.operator_state for a in meta.acks.values()) else 1,
+        "version": VERSION
+        if any(SCHEME_FIELD in a.operator_state for a in meta.acks.values())
+        else 1,
         "kind": meta.kind,
         "pipeline": meta.pipeline,
         "checkpoint_id": meta.checkpoint_id.value,
