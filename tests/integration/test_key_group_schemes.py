@@ -72,11 +72,12 @@ def _topic(bootstrap: str) -> str:
     return topic
 
 
-def _produce(bootstrap: str, topic: str, words: list[str]) -> None:
+def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    """Send ``values`` alternately to the topic's 2 partitions."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     try:
-        for i, word in enumerate(words):
-            producer.send(topic, value=word.encode(), partition=i % 2)
+        for i, value in enumerate(values):
+            producer.send(topic, value=value.encode(), partition=i % 2)
         producer.flush()
     finally:
         producer.close()
@@ -279,11 +280,7 @@ def test_a_key_column_that_changes_width_keeps_its_key_groups(
     expected: Counter[int] = Counter()
     for epoch, width in enumerate(["int", "bigint", "smallint"]):
         numbers = [random.Random(epoch).randrange(40) for _ in range(120)]
-        producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
-        for i, n in enumerate(numbers):
-            producer.send(topic, value=json.dumps({"n": n}).encode(), partition=i % 2)
-        producer.flush()
-        producer.close()
+        _produce(kafka_bootstrap, topic, [json.dumps({"n": n}) for n in numbers])
         expected.update(numbers)
         result, _ = _epoch(spark, counting(width), store, kafka_bootstrap, 2)
         _check_placement(result, 2, SPARK_HASH)
