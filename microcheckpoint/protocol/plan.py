@@ -119,7 +119,8 @@ def restored_state(view: PipelineView, cid: CheckpointId) -> RestoredState:
             replace(h, key=resolve + h.key) for h in ack.handles
         )
         states.setdefault(str(ack.task.uid), []).append(ack.operator_state)
-    schemes = {uid: scheme_of(found) for uid, found in states.items()}
+    # Only stored state keeps a scheme: an operator with none yet may start with any.
+    schemes = {uid: scheme_of(found) for uid, found in states.items() if per_uid[uid]}
     return RestoredState({uid: tuple(hs) for uid, hs in per_uid.items()}, full, schemes)
 
 

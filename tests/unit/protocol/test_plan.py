@@ -114,14 +114,27 @@ def test_a_handle_keeps_its_key_groups(h) -> None:
 
 
 def test_the_plan_names_each_operator_s_key_group_scheme_from_its_acks(h) -> None:
-    # An ack without the field is the blake2b scheme (every ack stored before it existed).
+    # An ack without the field is the blake2b scheme (every ack stored before it existed);
+    # an operator with no stored state keeps none.
+    coord = h.coordinator()
+    start(h, coord, {TP0: 10})
+    agg_state = h.write_state(C1, AGG, "s.bin", b"agg")
+    src_state = h.write_state(C1, SRC, "w.bin", b"src")
+    h.ack(coord, C1, AGG, 1, [agg_state], {SCHEME_FIELD: SPARK_HASH})
+    h.ack(coord, C1, SRC, 1, [src_state], {str(TP0): 10})
+    coord.complete(C1)
+    start(h, coord, {TP0: 20})
+    assert dict(coord.plan(C2).key_groups) == {"agg": SPARK_HASH, "source": BLAKE2B}
+
+
+def test_an_operator_without_stored_state_keeps_no_scheme(h) -> None:
     coord = h.coordinator()
     start(h, coord, {TP0: 10})
     h.ack(coord, C1, AGG, 1, (), {SCHEME_FIELD: SPARK_HASH})
     h.ack(coord, C1, SRC, 1, (), {str(TP0): 10})
     coord.complete(C1)
     start(h, coord, {TP0: 20})
-    assert dict(coord.plan(C2).key_groups) == {"agg": SPARK_HASH, "source": BLAKE2B}
+    assert dict(coord.plan(C2).key_groups) == {}
 
 
 def test_the_first_plan_names_no_scheme(h) -> None:
