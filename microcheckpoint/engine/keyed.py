@@ -2,8 +2,9 @@
 
 Imports no Spark: the runner ships an ``OperatorContext`` and the user's function to the
 executors. Each subtask is called once per epoch with an Arrow table of its rows (the
-router's marker row guarantees the call even when no row reached it; in the aggregation's
-own shuffle, ``merge_partition``, its partition runs even when empty) and:
+router's marker row guarantees the call even when no row reached it; where a Spark
+partition is a subtask, ``merge_partition`` and ``process_partition``, its partition runs
+even when empty) and:
 
 1. restores, for the keys its rows touch, their state before this epoch;
 2. applies the operator: the user's ``fn(key, rows, state)`` per key, in a deterministic
@@ -49,6 +50,7 @@ __all__ = [
     "PlacementError",
     "merge_aggregate",
     "merge_partition",
+    "process_partition",
     "process_subtask",
 ]
 
@@ -299,17 +301,12 @@ class PlacementError(RuntimeError):
     """A Spark partition held rows of another subtask than its own: its state is untouched."""
 
 
-def merge_partition(
-    ctx: OperatorContext, partition: int, batches: Iterable[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """Run the subtask of Spark partition ``partition`` of the aggregation's shuffle.
-
-    Under ``SPARK_HASH`` with ``parallelism`` shuffle partitions dividing
-    ``max_parallelism``, Spark's aggregation shuffle puts key ``k`` in partition
-    ``pmod(hash(k), parallelism)``, the subtask that owns its key group, so partition ``i``
-    *is* subtask ``i`` (an empty partition still runs: its subtask acks its state). The
-    rows' ``__subtask`` column is checked first: a partition holding another subtask's row
-    (a plan that shuffled otherwise) raises before anything is read or written.
+def _partition_table(
+    ctx: OperatorContext, partition: int, batches: Iterable[pa.RecordBatch], what: str
+) -> pa.Table | None:
+    """The rows of Spark partition ``partition`` as one table (None: no rows), once each
+    row's ``__subtask`` is checked to be ``partition``: a partition holding another
+    subtask's row (a plan that shuffled otherwise) raises before anything is read or written.
 
     Raises:
         PlacementError: a row of another subtask, or a partition beyond the parallelism.
@@ -322,19 +319,59 @@ def merge_partition(
         found = sorted(pc.unique(table.column(SUBTASK)).to_pylist())
         if found != [partition]:
             raise PlacementError(
-                f"operator {ctx.uid!r}: Spark partition {partition} of the aggregation holds "
-                f"rows of subtasks {found}; the shuffle was not Spark's hash of the key into "
+                f"operator {ctx.uid!r}: Spark partition {partition} of {what} holds rows of "
+                f"subtasks {found}; the shuffle was not Spark's hash of the key into "
                 f"{ctx.parallelism} partitions (nothing was written)"
             )
     if not 0 <= partition < ctx.parallelism:
         raise PlacementError(
             f"operator {ctx.uid!r}: Spark partition {partition} is beyond the "
-            f"{ctx.parallelism} subtasks; the aggregation shuffled into more partitions"
+            f"{ctx.parallelism} subtasks; {what} shuffled into more partitions"
         )
+    return table
+
+
+def merge_partition(
+    ctx: OperatorContext, partition: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Run the subtask of Spark partition ``partition`` of the aggregation's shuffle.
+
+    Under ``SPARK_HASH`` with ``parallelism`` shuffle partitions dividing
+    ``max_parallelism``, Spark's aggregation shuffle puts key ``k`` in partition
+    ``pmod(hash(k), parallelism)``, the subtask that owns its key group, so partition ``i``
+    *is* subtask ``i`` (an empty partition still runs: its subtask acks its state). Every
+    row's subtask is checked first (``_partition_table``).
+
+    Raises:
+        PlacementError: a row of another subtask, or a partition beyond the parallelism.
+    """
+    table = _partition_table(ctx, partition, batches, "the aggregation")
     if table is None:
-        empty = {ctx.key: pa.null(), AGGREGATE: pa.null(), KG: pa.int32(), SUBTASK: pa.int32()}
-        table = pa.table({name: pa.array([], kind) for name, kind in empty.items()})
+        table = _no_rows(ctx.key).append_column(AGGREGATE, pa.array([], pa.null()))
     yield from merge_aggregate(ctx, partition, table).to_batches()
+
+
+def process_partition(
+    ctx: OperatorContext,
+    fn: Callable[..., Any],
+    partition: int,
+    batches: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Run the subtask of Spark partition ``partition`` of a ``repartition(parallelism,
+    key)`` under ``SPARK_HASH``: partition ``i`` holds the keys subtask ``i`` owns, as in
+    ``merge_partition`` (an empty partition still runs its due timers and acks).
+
+    Raises:
+        PlacementError: a row of another subtask, or a partition beyond the parallelism.
+    """
+    table = _partition_table(ctx, partition, batches, "the repartition by key")
+    yield from process_subtask(ctx, fn, partition, table or _no_rows(ctx.key)).to_batches()
+
+
+def _no_rows(key: str) -> pa.Table:
+    """An empty table of a subtask's rows: the key and the routing columns."""
+    columns = {key: pa.null(), KG: pa.int32(), SUBTASK: pa.int32()}
+    return pa.table({name: pa.array([], kind) for name, kind in columns.items()})
 
 
 def _merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.Table:

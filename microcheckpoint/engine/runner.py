@@ -8,12 +8,13 @@ code runs in-process, under ``spark-submit`` and as a Spark Connect client:
 2. the stages, in order:
    - plain DataFrame functions as they are;
    - a keyed operator: rows get their key group and subtask by its key group scheme
-     (Spark SQL's hash, or ``routing.route`` once per distinct key), one marker row per
-     subtask makes every subtask run, and
-     ``placement.per_subtask`` (an ``applyInArrow`` per subtask, the subtasks spread over
-     the tasks) runs ``keyed.process_subtask`` — restore, ``fn`` per key, snapshot, ack
-     from the executor; it runs in a job of its own (persisted), or, when a sink comes
-     next, in the sink's job;
+     (Spark SQL's hash, or ``routing.route`` once per distinct key); under Spark's hash a
+     ``repartition(parallelism, key)`` makes each partition one subtask, run by
+     ``keyed.process_partition``; otherwise one marker row per subtask makes every subtask
+     run, and ``placement.per_subtask`` (an ``applyInArrow`` per subtask, the subtasks
+     spread over the tasks) runs ``keyed.process_subtask`` — restore, ``fn`` per key,
+     snapshot, ack from the executor; it runs in a job of its own (persisted), or, when a
+     sink comes next, in the sink's job;
    - a built-in aggregation: Spark SQL aggregates per key first, so only one row per touched
      key reaches ``keyed.merge_aggregate``; with Spark-hash key groups and as many shuffle
      partitions as subtasks, in the partitions of the aggregation's own shuffle
@@ -52,6 +53,7 @@ from microcheckpoint.engine.keyed import (
     OperatorContext,
     merge_aggregate,
     merge_partition,
+    process_partition,
     process_subtask,
 )
 from microcheckpoint.engine.operator_stage import partition_stage
@@ -201,19 +203,45 @@ def _source(
     return files.unionByName(kafka, allowMissingColumns=True)
 
 
-def key_group_scheme(plan: EpochPlan, op: KeyedOperator) -> str:
-    """Operator ``op``'s key group scheme: its stored state's, else (no state yet) the Spark
-    hash for a built-in aggregation and blake2b for a function (``state.keygroups``)."""
-    return plan.key_groups.get(op.uid) or (SPARK_HASH if op.aggregate is not None else BLAKE2B)
+def _spark_hashable(kind: Any) -> bool:
+    """Whether Spark SQL's ``hash`` takes values of type ``kind`` (not a map, nor a variant,
+    nor anything holding one)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType, VariantType
+
+    if isinstance(kind, (MapType, VariantType)):
+        return False
+    if isinstance(kind, ArrayType):
+        return _spark_hashable(kind.elementType)
+    if isinstance(kind, StructType):
+        return all(_spark_hashable(f.dataType) for f in kind.fields)
+    return True
 
 
-def _shuffle_is_subtask(spark: Any, ctx: OperatorContext) -> bool:
-    """Whether a ``SPARK_HASH`` aggregation's own shuffle places every key in its subtask's
-    partition: ``parallelism`` shuffle partitions dividing ``max_parallelism``, and adaptive
-    execution off."""
+def _key_type(df: Any, key: str) -> Any | None:
+    """The Spark type of ``df``'s column ``key`` (None: no such column)."""
+    return next((f.dataType for f in df.schema.fields if f.name == key), None)
+
+
+def key_group_scheme(plan: EpochPlan, op: KeyedOperator, key_type: Any | None = None) -> str:
+    """Operator ``op``'s key group scheme (``state.keygroups``): its stored state's, else
+    (no state yet) the Spark hash, unless ``key_type``, the type of a function's key, is
+    one Spark cannot hash (then blake2b)."""
+    stored = plan.key_groups.get(op.uid)
+    if stored:
+        return stored
+    if op.aggregate is None and key_type is not None and not _spark_hashable(key_type):
+        return BLAKE2B
+    return SPARK_HASH
+
+
+def _spark_places(spark: Any, ctx: OperatorContext, shuffle: bool) -> bool:
+    """Whether a shuffle by the key puts every key in its subtask's partition under
+    ``SPARK_HASH``: ``parallelism`` dividing ``max_parallelism``, adaptive execution off
+    and, for the aggregation's own shuffle (``shuffle``), ``parallelism`` shuffle
+    partitions (a ``repartition(parallelism, key)`` names its own)."""
     if ctx.key_groups != SPARK_HASH or ctx.max_parallelism % ctx.parallelism:
         return False
-    if int(spark.conf.get("spark.sql.shuffle.partitions")) != ctx.parallelism:
+    if shuffle and int(spark.conf.get("spark.sql.shuffle.partitions")) != ctx.parallelism:
         return False
     # Adaptive execution may coalesce the partitions, or plan an empty shuffle as none:
     # then some subtask would not run, nor ack.
@@ -251,11 +279,15 @@ def _with_key_groups(df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
     return df.mapInArrow(route_rows, schema)
 
 
+NO_ROWS = "__no_rows"
+
+
 def _no_rows(spark: Any) -> Any:
-    """A frame of no rows in one partition, with one null column of its own."""
+    """A frame of no rows in one partition, with one null column of its own (``NO_ROWS``);
+    not a local relation, so Spark cannot prune a union with it as empty."""
     from pyspark.sql import functions as F
 
-    return spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias("__no_rows"))
+    return spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias(NO_ROWS))
 
 
 def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tuple[Any, bool]:
@@ -263,10 +295,12 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
     its partition ``i`` holds the outputs of subtask ``i`` (and only those).
 
     A built-in aggregation is computed per key by Spark SQL first. Under ``SPARK_HASH``,
-    when ``_shuffle_is_subtask``, each partition of the aggregation's shuffle is one
-    subtask (``keyed.merge_partition``): one shuffle, as Structured Streaming has. Otherwise the
-    rows go to their subtasks in a shuffle of their own (``placement.per_subtask``), one
-    marker row per subtask making every subtask run.
+    when ``_spark_places`` it, each partition of the aggregation's shuffle is one subtask
+    (``keyed.merge_partition``): one shuffle, as Structured Streaming has; a function's
+    rows are repartitioned by the key into ``parallelism`` partitions, each one subtask
+    (``keyed.process_partition``). Otherwise the rows go to their subtasks in a shuffle of
+    their own (``placement.per_subtask``), one marker row per subtask making every subtask
+    run.
     """
     from pyspark.sql import functions as F
 
@@ -276,7 +310,7 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
         agg = op.aggregate
         column = F.lit(1) if agg.value is None else F.col(agg.value)
         reduce = {"count": F.count, "sum": F.sum, "min": F.min, "max": F.max}[agg.kind]
-        fast = _shuffle_is_subtask(spark, ctx)
+        fast = _spark_places(spark, ctx, shuffle=True)
         if fast:
             # A union's partitioning is unknown: the aggregation shuffles by the key even
             # when the rows came in one partition or already partitioned otherwise.
@@ -286,8 +320,16 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
             merge_in = functools.partial(merge_partition, ctx)
             return per_partition(_with_key_groups(df, op, ctx), merge_in, op.output_schema), True
     routed = _with_key_groups(df, op, ctx)
-    grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
     fn = op.fn
+    if op.aggregate is None and _spark_places(spark, ctx, shuffle=False):
+        # Spark's hash partitioning of the key is pmod(hash(key), parallelism): the subtask.
+        # With no input (an empty local relation, as Connect sends it) Spark would plan
+        # the repartition as no partitions at all: a union with no rows keeps it.
+        kept = routed.unionByName(_no_rows(spark), allowMissingColumns=True).drop(NO_ROWS)
+        placed = kept.repartition(ctx.parallelism, F.col(f"`{op.key}`"))
+        process_in = functools.partial(process_partition, ctx, fn)
+        return per_partition(placed, process_in, op.output_schema), True
+    grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
 
     # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial here.
     def process(subtask, table):  # type: ignore[no-untyped-def]
@@ -420,6 +462,8 @@ def run_epoch(
             )
             staged.append(_sink_stage(spark, df, stage, ctx, parallelism, in_place))
         elif isinstance(stage, KeyedOperator):
+            stored = stage.aggregate is not None or stage.uid in plan.key_groups
+            key_type = None if stored else _key_type(df, stage.key)
             op_ctx = OperatorContext(
                 store_url=store.url,
                 store_options=options,
@@ -439,7 +483,7 @@ def run_epoch(
                 faults=faults,
                 aggregate=None if stage.aggregate is None else stage.aggregate.kind,
                 output_column="total" if stage.aggregate is None else stage.aggregate.output,
-                key_groups=key_group_scheme(plan, stage),
+                key_groups=key_group_scheme(plan, stage, key_type),
                 **operator_event_options(pipeline, stage, marks, df),
             )
             df, in_place = _keyed(spark, df, stage, op_ctx)

@@ -35,8 +35,8 @@ from microcheckpoint.protocol.savepoints import (
     list_savepoints,
     restore,
 )
-from microcheckpoint.state.backends import MEMORY_LIMIT_BYTES, canonical_key
-from microcheckpoint.state.keygroups import key_group_for, spark_key_group
+from microcheckpoint.state.backends import MEMORY_LIMIT_BYTES
+from microcheckpoint.state.keygroups import spark_key_group
 from microcheckpoint.state.reader import read_keyed_state
 from microcheckpoint.storage import FileStore
 
@@ -114,14 +114,9 @@ def _state_files(store: Any, pipeline: str, cid: int) -> dict[str, int]:
     return sizes
 
 
-def _kg(key: Any) -> int:
-    """A key's group in a function's state (blake2b of its canonical JSON)."""
-    return key_group_for(canonical_key(key).encode(), MAX_P)
-
-
-def _agg_kg(key: str) -> int:
-    """A string key's group in a built-in aggregation's state (Spark's hash)."""
-    return spark_key_group(key, MAX_P)
+def _kg(key: str | int) -> int:
+    """A key's group in a new operator's state (Spark's hash; integers as bigint)."""
+    return spark_key_group(key, MAX_P, "string" if isinstance(key, str) else "long")
 
 
 # -- word count
@@ -414,10 +409,10 @@ def _incremental_run(spark, bootstrap, tmp_path, incremental: bool, spread: bool
     clustered in the fewest key groups or spread over the key space."""
     topic = _topic(bootstrap, 1)
     keys = [f"user-{i:05d}" for i in range(20_000)]
-    assert {_agg_kg(k) for k in keys} == set(range(MAX_P))  # every key group holds state
+    assert {_kg(k) for k in keys} == set(range(MAX_P))  # every key group holds state
     by_kg: dict[int, list[str]] = {}
     for k in keys:
-        by_kg.setdefault(_agg_kg(k), []).append(k)
+        by_kg.setdefault(_kg(k), []).append(k)
     touched: list[str] = []
     for kg in sorted(by_kg):
         touched.extend(by_kg[kg][: 200 - len(touched)])
@@ -425,7 +420,7 @@ def _incremental_run(spark, bootstrap, tmp_path, incremental: bool, spread: bool
             break
     if spread:  # 1% of the keys, spread over many key groups
         touched = keys[::100]
-    touched_kgs = {_agg_kg(k) for k in touched}
+    touched_kgs = {_kg(k) for k in touched}
     records = [(0, k.encode()) for k in keys] + [(0, k.encode()) for k in touched]
     _produce(bootstrap, topic, records)
     name = _name("incr")

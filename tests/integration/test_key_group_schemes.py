@@ -1,13 +1,18 @@
-"""Key group schemes (state/keygroups.py) in Spark: a built-in aggregation's key groups are
-Spark's hash, its subtasks run in its own shuffle's partitions, rescales stay exact, and an
-operator whose state was grouped by blake2b keeps blake2b."""
+"""Key group schemes (state/keygroups.py) in Spark: a new operator's key groups are Spark's
+hash; a built-in aggregation's subtasks run in its own shuffle's partitions and a function's
+in the partitions of one repartition by the key; rescales stay exact, and an operator whose
+state was grouped by blake2b keeps blake2b."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +22,15 @@ from pyspark.sql import functions as F
 from examples.wordcount import build
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.engine import KafkaSource, Pipeline, running_sum
+from microcheckpoint.engine import (
+    KafkaSource,
+    KeyedOperator,
+    KeyedProcess,
+    KeyedProcessFunction,
+    Pipeline,
+    running_sum,
+    value_state,
+)
 from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.engine.runner import EpochResult
 from microcheckpoint.protocol.savepoints import (
@@ -43,6 +56,7 @@ from microcheckpoint.storage import FileStore
 
 MAX_P = 128
 UID = "counts"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_spark_hash_is_spark_sql_hash_for_strings_ints_and_longs(spark) -> None:
@@ -89,13 +103,42 @@ def _counting(name: str, topic: str) -> Pipeline:
     return Pipeline(name, source).then(running_sum(UID, key="value"))
 
 
+def _count_rows(key, rows, state):  # type: ignore[no-untyped-def]
+    total = (state or 0) + len(rows)
+    return [{"key": key, "total": total}], total
+
+
+def _counting_fn(name: str, topic: str) -> Pipeline:
+    """The same counts by a user's function (``fn(key, rows, state)``), uid ``UID``."""
+    source = KafkaSource(f"{name}-source", [topic], value_format="text")
+    op = KeyedOperator(UID, "value", _count_rows, "key string, total long")
+    return Pipeline(name, source).then(op)
+
+
+class _Recount(KeyedProcessFunction):
+    """Counts each key's rows; a processing-time timer reports the count one epoch later."""
+
+    states = (value_state("count", default=0),)
+
+    def process(self, key, rows, ctx):  # type: ignore[no-untyped-def]
+        count = ctx.state("count")
+        count.update(count.value() + len(rows))
+        ctx.timers.register_processing_time(ctx.processing_time + 1)
+        return []
+
+    def on_timer(self, key, timestamp, ctx):  # type: ignore[no-untyped-def]
+        return [{"key": key, "total": ctx.state("count").value()}]
+
+
 def _words(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     return [f"w{rng.randrange(60)}" for _ in range(n)]
 
 
-def _epoch(spark, pipeline, store, bootstrap, parallelism) -> tuple[EpochResult, list[int]]:
-    """One cycle; also the stage count of each Spark job it ran."""
+def _epoch(
+    spark, pipeline, store, bootstrap, parallelism, collect=False
+) -> tuple[EpochResult, list[list[int]]]:
+    """One cycle; also, for each Spark job it ran, the task count of each of its stages."""
     group = uuid.uuid4().hex
     spark.sparkContext.setJobGroup(group, "key group scheme test")
     try:
@@ -103,13 +146,24 @@ def _epoch(spark, pipeline, store, bootstrap, parallelism) -> tuple[EpochResult,
             {"pipeline": pipeline.name, "storage": store.url, "retained": 5}
         )
         result = run_cycle(
-            spark, pipeline, config, store, bootstrap=bootstrap, parallelism=parallelism
+            spark,
+            pipeline,
+            config,
+            store,
+            bootstrap=bootstrap,
+            parallelism=parallelism,
+            collect=collect,
         )
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     tracker = spark.sparkContext.statusTracker()
     jobs = sorted(tracker.getJobIdsForGroup(group))
-    return result, [len(tracker.getJobInfo(j).stageIds) for j in jobs]
+    stages = [sorted(tracker.getJobInfo(j).stageIds) for j in jobs]
+    return result, [[tracker.getStageInfo(s).numTasks for s in job] for job in stages]
+
+
+def _most_stages(jobs: list[list[int]]) -> int:
+    return max(len(job) for job in jobs)
 
 
 def _acks(result: EpochResult) -> dict[int, Any]:
@@ -167,14 +221,121 @@ def test_a_new_aggregation_groups_by_spark_hash_in_one_shuffle_and_rescales_exac
         produced += words
         result, jobs = _epoch(spark, pipeline, store, kafka_bootstrap, parallelism)
         assert result.records == 200
-        assert max(jobs) == stages, (parallelism, jobs)
+        assert _most_stages(jobs) == stages, (parallelism, jobs)
         _check_placement(result, parallelism, SPARK_HASH)
         assert read_keyed_state(store, name, UID) == dict(Counter(produced))  # the fold
         where = _state_key_groups(store, result)
         assert where == {w: spark_key_group(w, MAX_P) for w in set(produced)}
 
 
-def test_an_aggregation_stored_by_blake2b_keeps_blake2b(spark, kafka_bootstrap, tmp_path) -> None:
+def test_a_new_function_groups_by_spark_hash_in_one_repartition_and_rescales_exactly(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    topic = _topic(kafka_bootstrap)
+    name = _name("kgs-fn")
+    store = FileStore(f"file://{tmp_path}")
+    pipeline = _counting_fn(name, topic)
+    produced: list[str] = []
+    # The epoch's one job: read and key groups; the repartition by key into one task per
+    # subtask; the count of the outputs. With 3 subtasks (not dividing 128) the rows go
+    # to the subtasks by the placement shuffle, over the session's 2 shuffle partitions.
+    for epoch, (parallelism, tasks) in enumerate([(2, 2), (3, 2), (4, 4), (2, 2)]):
+        words = _words(200, 40 + epoch)
+        _produce(kafka_bootstrap, topic, words)
+        produced += words
+        result, jobs = _epoch(spark, pipeline, store, kafka_bootstrap, parallelism)
+        assert result.records == 200
+        (job,) = jobs
+        assert job[1:] == [tasks, 1], (parallelism, jobs)
+        _check_placement(result, parallelism, SPARK_HASH)
+        assert read_keyed_state(store, name, UID) == dict(Counter(produced))  # the fold
+        where = _state_key_groups(store, result)
+        assert where == {w: spark_key_group(w, MAX_P) for w in set(produced)}
+
+
+def test_a_process_function_s_empty_partitions_run_their_timers(
+    spark, kafka_bootstrap, tmp_path
+) -> None:
+    # An epoch with no records still runs every subtask of a process function (its
+    # partition of the repartition is empty): the timers set one epoch before fire.
+    topic = _topic(kafka_bootstrap)
+    name = _name("kgs-timer")
+    store = FileStore(f"file://{tmp_path}")
+    source = KafkaSource(f"{name}-source", [topic], value_format="text")
+    op = KeyedProcess(UID, key="value", function=_Recount(), output_schema="key string, total long")
+    pipeline = Pipeline(name, source).then(op)
+    words = _words(120, 77)
+    assert {spark_key_group(w, MAX_P) % 4 for w in words} == {0, 1, 2, 3}  # all hold keys
+    _produce(kafka_bootstrap, topic, words)
+    first, _ = _epoch(spark, pipeline, store, kafka_bootstrap, 4, collect=True)
+    assert first.records == 120 and first.outputs == []
+    empty, jobs = _epoch(spark, pipeline, store, kafka_bootstrap, 4, collect=True)
+    assert empty.records == 0
+    # One task per subtask (the placement would have had 2).
+    (job,) = jobs
+    assert len(job) == 2 and job[1] == 4, jobs
+    _check_placement(empty, 4, SPARK_HASH)
+    assert empty.outputs is not None
+    fired = {r["key"]: r["total"] for r in empty.outputs}
+    assert len(empty.outputs) == len(fired) and fired == dict(Counter(words))
+
+
+def _connect_epochs(url: str, bootstrap: str, topic: str, store_url: str) -> None:
+    """Run two epochs of a function and a process function as a Spark Connect client (a
+    process of its own: this one has a classic session); print each one's records, acks
+    and outputs as a line of JSON."""
+    from microcheckpoint.engine.spark import connect_spark
+
+    remote = connect_spark(url)
+    store = FileStore(store_url)
+    source = KafkaSource(f"{topic}-source", [topic], value_format="text")
+    counts = KeyedOperator(UID, "value", _count_rows, "key string, total long")
+    timers = KeyedProcess(
+        "timers", key="key", function=_Recount(), output_schema="key string, total long"
+    )
+    pipeline = Pipeline(topic, source).then(counts).then(lambda df: df.select("key"))
+    pipeline = pipeline.then(timers)
+    config = CheckpointConfig.from_mapping({"pipeline": topic, "storage": store.url})
+    for _ in range(2):
+        result = run_cycle(
+            remote, pipeline, config, store, bootstrap=bootstrap, parallelism=2, collect=True
+        )
+        assert result.metadata is not None
+        acks = sorted(str(t) for t in result.metadata.acks)
+        print(json.dumps({"records": result.records, "acks": acks, "outputs": result.outputs}))
+
+
+def test_an_epoch_with_no_input_over_connect_runs_every_subtask(
+    spark_connect_url, kafka_bootstrap, tmp_path
+) -> None:
+    # Connect sends an epoch with no split as an empty local relation, which Spark plans
+    # with no partitions at all: the repartition still runs each subtask once (found by
+    # the stress test: a savepoint's epoch with no records went unacknowledged).
+    topic = _topic(kafka_bootstrap)
+    words = _words(80, 5)
+    _produce(kafka_bootstrap, topic, words)
+    store = FileStore(f"file://{tmp_path}")
+    code = (
+        "import sys; from tests.integration.test_key_group_schemes import _connect_epochs; "
+        "_connect_epochs(*sys.argv[1:])"
+    )
+    argv = [sys.executable, "-c", code, spark_connect_url, kafka_bootstrap, topic, store.url]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    epochs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [e["records"] for e in epochs] == [80, 0]
+    tasks = {f"{uid}#{i}" for uid in (UID, "timers") for i in (0, 1)} | {f"{topic}-source#0"}
+    assert [set(e["acks"]) for e in epochs] == [tasks, tasks]
+    assert epochs[0]["outputs"] == []
+    assert sorted(r["key"] for r in epochs[1]["outputs"]) == sorted(set(words))
+    assert read_keyed_state(store, topic, UID) == dict(Counter(words))
+
+
+@pytest.mark.parametrize("counting", [_counting, _counting_fn], ids=["aggregation", "function"])
+def test_an_operator_stored_by_blake2b_keeps_blake2b(
+    spark, kafka_bootstrap, tmp_path, counting
+) -> None:
     # State imported with `state import` is grouped by blake2b: after the restore the
     # operator keeps that scheme (its subtasks route rows in Python), and counts stay exact.
     topic = _topic(kafka_bootstrap)
@@ -186,7 +347,7 @@ def test_an_aggregation_stored_by_blake2b_keeps_blake2b(spark, kafka_bootstrap, 
     point = choose_restore(store, name, savepoint=(store, prefix))
     assert point is not None
     restore(store, name, point, ClaimMode.NO_CLAIM)
-    pipeline = _counting(name, topic)
+    pipeline = counting(name, topic)
     expected = Counter({json.loads(k): v for k, v in imported.items()})
     for epoch, parallelism in enumerate([2, 4]):
         words = _words(100, 10 + epoch)
@@ -248,7 +409,7 @@ def test_a_sink_after_the_aggregation_stages_each_subtask_s_output_in_its_partit
         _produce(kafka_bootstrap, topic, words)
         produced += words
         result, jobs = _epoch(spark, pipeline, store, kafka_bootstrap, parallelism)
-        assert max(jobs) == stages, (parallelism, jobs)
+        assert _most_stages(jobs) == stages, (parallelism, jobs)
         assert result.metadata is not None
         parts = {t.subtask for t in result.metadata.acks if t.uid.value == "word-totals"}
         assert parts == set(range(parallelism))

@@ -16,8 +16,7 @@ import pytest
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.savepoints import read_savepoint
 from microcheckpoint.protocol.view import scan
-from microcheckpoint.state.backends import canonical_key
-from microcheckpoint.state.keygroups import key_group_for
+from microcheckpoint.state.keygroups import spark_key_group
 from microcheckpoint.state.kinds import LATE_KEY
 from microcheckpoint.state.offline import table_of
 from microcheckpoint.state.reader import keyed_table_of, state_dataframe
@@ -100,7 +99,7 @@ def test_every_kind_and_the_timers_export_import_and_fire_the_same(spark, tmp_pa
     assert json.loads(meta[b"microcheckpoint.descriptors"]) == [
         json.loads(json.dumps(d.schema(), sort_keys=True)) for d in evo.VERSIONS["v1"]
     ]
-    late_kg = str(key_group_for(canonical_key("c").encode(), 128))
+    late_kg = str(spark_key_group("c", 128))
     assert json.loads(meta[b"microcheckpoint.key_groups"]) == {late_kg: {LATE_KEY: 1}}
     frame = state_dataframe(spark, store, NAME, "tally").orderBy("key").collect()
     assert [r.asDict() for r in frame] == pq.read_table(path).to_pylist()

@@ -1,15 +1,23 @@
-"""``keyed.merge_partition`` and ``sinkstage.stage_partition``: a partition of the
-aggregation's shuffle is one subtask (and one sink part); rows of another subtask, or a
-partition beyond them, are refused before anything is read or written."""
+"""``keyed.merge_partition``, ``keyed.process_partition`` and ``sinkstage.stage_partition``:
+a partition of the aggregation's shuffle, or of a function's repartition by key, is one
+subtask (and one sink part); rows of another subtask, or a partition beyond them, are
+refused before anything is read or written."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from microcheckpoint.engine.keyed import AGGREGATE, OperatorContext, PlacementError, merge_partition
+from microcheckpoint.engine.keyed import (
+    AGGREGATE,
+    OperatorContext,
+    PlacementError,
+    merge_partition,
+    process_partition,
+)
 from microcheckpoint.engine.routing import KG, SUBTASK
 from microcheckpoint.engine.sinkstage import SinkContext, stage_partition
 from microcheckpoint.ids import CheckpointId, TaskId
@@ -106,3 +114,54 @@ def test_a_sink_partition_stages_its_part_and_one_beyond_the_parts_writes_nothin
     with pytest.raises(PlacementError, match="sink 'totals': Spark partition 2 is beyond"):
         list(stage_partition(ctx, sink, 2, 2, iter([batch])))
     assert sorted(p.name for p in (tmp_path / "chk").rglob("*") if p.is_file()) == staged
+
+
+def _count_rows(key, rows, state):  # type: ignore[no-untyped-def]
+    total = (state or 0) + len(rows)
+    return [{"key": key, "total": total}], total
+
+
+def _fn_ctx(tmp_path: Path) -> OperatorContext:
+    return replace(_ctx(tmp_path), aggregate=None)
+
+
+def _rows(words: dict[str, int]) -> pa.RecordBatch:
+    """``n`` rows of each word, with the columns a function's rows have."""
+    listed = [w for w, n in words.items() for _ in range(n)]
+    groups = [spark_key_group(w, 128) for w in listed]
+    return pa.RecordBatch.from_pydict(
+        {
+            "word": listed,
+            "offset": list(range(len(listed))),
+            KG: pa.array(groups, pa.int32()),
+            SUBTASK: pa.array([g % 2 for g in groups], pa.int32()),
+        }
+    )
+
+
+def test_a_function_s_partition_runs_its_subtask_and_an_empty_one_acks(tmp_path) -> None:
+    mine, _ = _split()
+    ctx = _fn_ctx(tmp_path)
+    out = pa.Table.from_batches(list(process_partition(ctx, _count_rows, 0, iter([_rows(mine)]))))
+    assert (
+        dict(zip(out.column("key").to_pylist(), out.column("total").to_pylist(), strict=True))
+        == mine
+    )
+    ack = _ack(tmp_path, 0)
+    assert ack.operator_state == {SCHEME_FIELD: SPARK_HASH}
+    assert {kg for h in ack.handles for kg in h.key_groups} == {
+        spark_key_group(w, 128) for w in mine
+    }
+    assert list(process_partition(ctx, _count_rows, 1, iter([]))) == []
+    assert _ack(tmp_path, 1).handles == ()
+
+
+@pytest.mark.parametrize("partition", [0, 1, 2])
+def test_a_function_s_partition_with_another_subtask_s_rows_writes_nothing(
+    tmp_path, partition: int
+) -> None:
+    mine, theirs = _split()
+    rows = _rows({**mine, **theirs}) if partition < 2 else _rows({})
+    with pytest.raises(PlacementError, match=r"of the repartition by key|beyond the 2"):
+        list(process_partition(_fn_ctx(tmp_path), _count_rows, partition, iter([rows])))
+    assert list(tmp_path.rglob("*")) == []
