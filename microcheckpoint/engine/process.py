@@ -11,13 +11,13 @@ with one value state stored as the key's row itself (the layout before named sta
 from __future__ import annotations
 
 import heapq
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from microcheckpoint.engine.watermarks import event_ms
 from microcheckpoint.errors import ConfigError
+from microcheckpoint.state.backends import key_of
 from microcheckpoint.state.kinds import (
     LATE_KEY,
     TIMERS_KEY,
@@ -168,7 +168,7 @@ class _Key:
         self.timers = TimerService(
             [(int(t), str(d)) for t, d in timers], lambda ts, d: push(ts, d, ck)
         )
-        self.ctx = ProcessContext(json.loads(ck), self.state, self.timers, times)
+        self.ctx = ProcessContext(key_of(ck), self.state, self.timers, times)
 
     def stored(self, bare: bool) -> Any:
         if bare:
@@ -197,7 +197,7 @@ def _run_value_function(
     outputs: Rows = []
     for ck in order:
         stored = before.get(ck)
-        result, new = function.fn(json.loads(ck), by_key[ck], None if stored is None else stored[0])
+        result, new = function.fn(key_of(ck), by_key[ck], None if stored is None else stored[0])
         outputs += _outputs(result)
         if new is not None:
             put(kg_of[ck], ck, new)

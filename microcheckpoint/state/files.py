@@ -61,6 +61,16 @@ ROWS = pa.schema(
 _V1_BASE = re.compile(r"kg-(\d{5})\.parquet$")
 
 
+# ``json.dumps(value, sort_keys=True)``, with one encoder for every value.
+_STATE_JSON = json.JSONEncoder(sort_keys=True)
+
+
+def _state_json(value: Any) -> str:
+    """``json.dumps(value, sort_keys=True)``; an int (a count, a sum: the common state) is
+    its digits, without the encoder's set-up per call."""
+    return repr(value) if type(value) is int else _STATE_JSON.encode(value)
+
+
 def rows_from_groups(groups: Mapping[int, Mapping[str, tuple[Any, int]]]) -> pa.Table:
     """State rows from ``{kg: {key: (value, updated_ms)}}`` (a None value is a deletion)."""
     kgs, keys, states, updated = [], [], [], []
@@ -69,7 +79,7 @@ def rows_from_groups(groups: Mapping[int, Mapping[str, tuple[Any, int]]]) -> pa.
             value, ms = groups[kg][key]
             kgs.append(kg)
             keys.append(key)
-            states.append(None if value is None else json.dumps(value, sort_keys=True))
+            states.append(None if value is None else _state_json(value))
             updated.append(ms)
     return pa.table([kgs, keys, states, updated], schema=ROWS)
 
