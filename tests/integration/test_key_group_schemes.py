@@ -203,50 +203,42 @@ def _state_key_groups(store: Any, result: EpochResult) -> dict[str, int]:
     return out
 
 
-def test_a_new_aggregation_groups_by_spark_hash_in_one_shuffle_and_rescales_exactly(
-    spark, kafka_bootstrap, tmp_path
+# Per operator kind: the pipeline, and what each rescale's epoch job looks like, as
+# ``shape(jobs)`` (``_epoch``'s task counts) for parallelism 2, 3, 4 and 2 again.
+RESCALES = {
+    # The one job: read and partial counts; the shuffle by key into the final counts and
+    # the subtasks; the count of the outputs (its own stage). That takes as many subtasks
+    # as the session's shuffle partitions (2), dividing 128; with 3 or 4, the rows go to
+    # the subtasks in a shuffle of their own: one stage more.
+    "aggregation": (_counting, _most_stages, [3, 4, 4, 3]),
+    # The one job: read and key groups; the repartition by key into one task per subtask;
+    # the count of the outputs. With 3 subtasks (not dividing 128) the rows go to the
+    # subtasks by the placement shuffle, over the session's 2 shuffle partitions.
+    "function": (
+        _counting_fn,
+        lambda jobs: [job[1:] for job in jobs],
+        [[[n, 1]] for n in (2, 2, 4, 2)],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(RESCALES))
+def test_a_new_operator_groups_by_spark_hash_in_one_shuffle_and_rescales_exactly(
+    spark, kafka_bootstrap, tmp_path, kind: str
 ) -> None:
+    counting, shape, shapes = RESCALES[kind]
     topic = _topic(kafka_bootstrap)
     name = _name("kgs")
     store = FileStore(f"file://{tmp_path}")
-    pipeline = _counting(name, topic)
+    pipeline = counting(name, topic)
     produced: list[str] = []
-    # The epoch's one job: read and partial counts, the shuffle by key into the final counts
-    # and the subtasks, then the count of the outputs (its own stage). That takes as many
-    # subtasks as the session's shuffle partitions (2), dividing 128; with 3 or 4, the rows
-    # go to the subtasks in a shuffle of their own: one stage more.
-    for epoch, (parallelism, stages) in enumerate([(2, 3), (3, 4), (4, 4), (2, 3)]):
+    for epoch, (parallelism, expected) in enumerate(zip([2, 3, 4, 2], shapes, strict=True)):
         words = _words(200, epoch)
         _produce(kafka_bootstrap, topic, words)
         produced += words
         result, jobs = _epoch(spark, pipeline, store, kafka_bootstrap, parallelism)
         assert result.records == 200
-        assert _most_stages(jobs) == stages, (parallelism, jobs)
-        _check_placement(result, parallelism, SPARK_HASH)
-        assert read_keyed_state(store, name, UID) == dict(Counter(produced))  # the fold
-        where = _state_key_groups(store, result)
-        assert where == {w: spark_key_group(w, MAX_P) for w in set(produced)}
-
-
-def test_a_new_function_groups_by_spark_hash_in_one_repartition_and_rescales_exactly(
-    spark, kafka_bootstrap, tmp_path
-) -> None:
-    topic = _topic(kafka_bootstrap)
-    name = _name("kgs-fn")
-    store = FileStore(f"file://{tmp_path}")
-    pipeline = _counting_fn(name, topic)
-    produced: list[str] = []
-    # The epoch's one job: read and key groups; the repartition by key into one task per
-    # subtask; the count of the outputs. With 3 subtasks (not dividing 128) the rows go
-    # to the subtasks by the placement shuffle, over the session's 2 shuffle partitions.
-    for epoch, (parallelism, tasks) in enumerate([(2, 2), (3, 2), (4, 4), (2, 2)]):
-        words = _words(200, 40 + epoch)
-        _produce(kafka_bootstrap, topic, words)
-        produced += words
-        result, jobs = _epoch(spark, pipeline, store, kafka_bootstrap, parallelism)
-        assert result.records == 200
-        (job,) = jobs
-        assert job[1:] == [tasks, 1], (parallelism, jobs)
+        assert shape(jobs) == expected, (parallelism, jobs)
         _check_placement(result, parallelism, SPARK_HASH)
         assert read_keyed_state(store, name, UID) == dict(Counter(produced))  # the fold
         where = _state_key_groups(store, result)
