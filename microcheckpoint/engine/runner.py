@@ -203,18 +203,17 @@ def _source(
     return files.unionByName(kafka, allowMissingColumns=True)
 
 
-def _spark_hashable(kind: Any) -> bool:
-    """Whether Spark SQL's ``hash`` takes values of type ``kind`` (not a map, nor a variant,
-    nor anything holding one)."""
-    from pyspark.sql.types import ArrayType, MapType, StructType, VariantType
+def _spark_hash_fits(kind: Any) -> bool:
+    """Whether a function's key of Spark type ``kind`` takes Spark's hash: a string of the
+    binary collation, an integer, a float or a boolean. Their hash does not depend on the
+    width (``_normalized_key`` widens them) and ``repartition`` hashes them as ``hash``
+    does; a collated string's partitioning hash follows its collation, and a nested key's
+    hash depends on the widths inside it."""
+    from pyspark.sql.types import BooleanType, DoubleType, FloatType, IntegralType, StringType
 
-    if isinstance(kind, (MapType, VariantType)):
-        return False
-    if isinstance(kind, ArrayType):
-        return _spark_hashable(kind.elementType)
-    if isinstance(kind, StructType):
-        return all(_spark_hashable(f.dataType) for f in kind.fields)
-    return True
+    if isinstance(kind, StringType):
+        return getattr(kind, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+    return isinstance(kind, (IntegralType, FloatType, DoubleType, BooleanType))
 
 
 def _key_type(df: Any, key: str) -> Any | None:
@@ -225,11 +224,11 @@ def _key_type(df: Any, key: str) -> Any | None:
 def key_group_scheme(plan: EpochPlan, op: KeyedOperator, key_type: Any | None = None) -> str:
     """Operator ``op``'s key group scheme (``state.keygroups``): its stored state's, else
     (no state yet) the Spark hash, unless ``key_type``, the type of a function's key, is
-    one Spark cannot hash (then blake2b)."""
+    not one that ``_spark_hash_fits`` (then blake2b)."""
     stored = plan.key_groups.get(op.uid)
     if stored:
         return stored
-    if op.aggregate is None and key_type is not None and not _spark_hashable(key_type):
+    if op.aggregate is None and key_type is not None and not _spark_hash_fits(key_type):
         return BLAKE2B
     return SPARK_HASH
 
@@ -250,14 +249,19 @@ def _spark_places(spark: Any, ctx: OperatorContext, shuffle: bool) -> bool:
 
 def _normalized_key(df: Any, key: str) -> Any:
     """``df`` with an integer key as a bigint and a float key as a double: Spark's hash of 5
-    as an int is not its hash as a long, and a key's group must not depend on its width."""
+    as an int is not its hash as a long, and a key's group must not depend on its width.
+    A collated string key is compared byte by byte, as state keys are: its shuffle would
+    otherwise partition by the collation, which ``hash`` does not."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType
+    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType, StringType
 
     kind = df.schema[key].dataType
+    column = F.col(f"`{key}`")
+    if isinstance(kind, StringType) and getattr(kind, "collation", "UTF8_BINARY") != "UTF8_BINARY":
+        return df.withColumn(key, F.collate(column, "UTF8_BINARY"))
     wider = "bigint" if isinstance(kind, (ByteType, ShortType, IntegerType)) else None
     wider = "double" if isinstance(kind, FloatType) else wider
-    return df if wider is None else df.withColumn(key, F.col(f"`{key}`").cast(wider))
+    return df if wider is None else df.withColumn(key, column.cast(wider))
 
 
 def _with_key_groups(df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:

@@ -1,5 +1,7 @@
 """``runner.key_group_scheme``: an operator keeps its stored state's scheme; a new one takes
-Spark's hash unless it is a function whose key Spark cannot hash (a map, a variant)."""
+Spark's hash unless it is a function whose key is not a plain string, an integer, a float or
+a boolean (a collated string partitions by its collation; a nested key's hash depends on the
+widths inside it; a map or variant has none)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,14 @@ from types import SimpleNamespace
 import pytest
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
+    DateType,
+    DecimalType,
     DoubleType,
     IntegerType,
+    LongType,
     MapType,
+    ShortType,
     StringType,
     StructField,
     StructType,
@@ -32,7 +39,7 @@ def _plan(**stored: str) -> SimpleNamespace:
 
 @pytest.mark.parametrize(
     "key_type",
-    [None, StringType(), IntegerType(), DoubleType(), ArrayType(StringType())],
+    [None, StringType(), IntegerType(), ShortType(), LongType(), DoubleType(), BooleanType()],
 )
 def test_a_new_operator_takes_spark_s_hash(key_type) -> None:
     assert key_group_scheme(_plan(), FN, key_type) == SPARK_HASH
@@ -42,13 +49,16 @@ def test_a_new_operator_takes_spark_s_hash(key_type) -> None:
 @pytest.mark.parametrize(
     "key_type",
     [
+        StringType("UTF8_LCASE"),
+        ArrayType(StringType()),
+        StructType([StructField("a", IntegerType())]),
         MAP,
         VariantType(),
-        ArrayType(MAP),
-        StructType([StructField("a", StringType()), StructField("m", MAP)]),
+        DecimalType(10, 2),
+        DateType(),
     ],
 )
-def test_a_new_function_whose_key_spark_cannot_hash_takes_blake2b(key_type) -> None:
+def test_a_new_function_whose_key_is_not_a_plain_scalar_takes_blake2b(key_type) -> None:
     assert key_group_scheme(_plan(), FN, key_type) == BLAKE2B
 
 
