@@ -347,7 +347,7 @@ def merge_partition(
     """
     table = _partition_table(ctx, partition, batches, "the aggregation")
     if table is None:
-        table = _no_rows(ctx.key).append_column(AGGREGATE, pa.array([], pa.null()))
+        table = _empty_rows(ctx.key).append_column(AGGREGATE, pa.array([], pa.null()))
     yield from merge_aggregate(ctx, partition, table).to_batches()
 
 
@@ -365,10 +365,10 @@ def process_partition(
         PlacementError: a row of another subtask, or a partition beyond the parallelism.
     """
     table = _partition_table(ctx, partition, batches, "the repartition by key")
-    yield from process_subtask(ctx, fn, partition, table or _no_rows(ctx.key)).to_batches()
+    yield from process_subtask(ctx, fn, partition, table or _empty_rows(ctx.key)).to_batches()
 
 
-def _no_rows(key: str) -> pa.Table:
+def _empty_rows(key: str) -> pa.Table:
     """An empty table of a subtask's rows: the key and the routing columns."""
     columns = {key: pa.null(), KG: pa.int32(), SUBTASK: pa.int32()}
     return pa.table({name: pa.array([], kind) for name, kind in columns.items()})

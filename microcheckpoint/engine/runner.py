@@ -203,6 +203,15 @@ def _source(
     return files.unionByName(kafka, allowMissingColumns=True)
 
 
+def _collated(kind: Any) -> bool:
+    """Whether ``kind`` is a string type of another collation than the binary one."""
+    from pyspark.sql.types import StringType
+
+    return (
+        isinstance(kind, StringType) and getattr(kind, "collation", "UTF8_BINARY") != "UTF8_BINARY"
+    )
+
+
 def _spark_hash_fits(kind: Any) -> bool:
     """Whether a function's key of Spark type ``kind`` takes Spark's hash: a string of the
     binary collation, an integer, a float or a boolean. Their hash does not depend on the
@@ -212,7 +221,7 @@ def _spark_hash_fits(kind: Any) -> bool:
     from pyspark.sql.types import BooleanType, DoubleType, FloatType, IntegralType, StringType
 
     if isinstance(kind, StringType):
-        return getattr(kind, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+        return not _collated(kind)
     return isinstance(kind, (IntegralType, FloatType, DoubleType, BooleanType))
 
 
@@ -253,11 +262,11 @@ def _normalized_key(df: Any, key: str) -> Any:
     A collated string key is compared byte by byte, as state keys are: its shuffle would
     otherwise partition by the collation, which ``hash`` does not."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType, StringType
+    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType
 
     kind = df.schema[key].dataType
     column = F.col(f"`{key}`")
-    if isinstance(kind, StringType) and getattr(kind, "collation", "UTF8_BINARY") != "UTF8_BINARY":
+    if _collated(kind):
         return df.withColumn(key, F.collate(column, "UTF8_BINARY"))
     wider = "bigint" if isinstance(kind, (ByteType, ShortType, IntegerType)) else None
     wider = "double" if isinstance(kind, FloatType) else wider
@@ -286,12 +295,15 @@ def _with_key_groups(df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
 NO_ROWS = "__no_rows"
 
 
-def _no_rows(spark: Any) -> Any:
-    """A frame of no rows in one partition, with one null column of its own (``NO_ROWS``);
-    not a local relation, so Spark cannot prune a union with it as empty."""
+def _never_empty(spark: Any, df: Any) -> Any:
+    """``df`` as a union with a frame of no rows in one partition (not a local relation):
+    Spark neither prunes it as empty nor knows its partitioning, so a shuffle by the key
+    after it always runs, into all its partitions, even for input that arrives as an empty
+    local relation (an epoch with no split over Connect) or in one partition."""
     from pyspark.sql import functions as F
 
-    return spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias(NO_ROWS))
+    none = spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias(NO_ROWS))
+    return df.unionByName(none, allowMissingColumns=True).drop(NO_ROWS)
 
 
 def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tuple[Any, bool]:
@@ -316,9 +328,7 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
         reduce = {"count": F.count, "sum": F.sum, "min": F.min, "max": F.max}[agg.kind]
         fast = _spark_places(spark, ctx, shuffle=True)
         if fast:
-            # A union's partitioning is unknown: the aggregation shuffles by the key even
-            # when the rows came in one partition or already partitioned otherwise.
-            df = df.unionByName(_no_rows(spark), allowMissingColumns=True)
+            df = _never_empty(spark, df)
         df = df.groupBy(op.key).agg(reduce(column).alias(AGGREGATE))
         if fast:
             merge_in = functools.partial(merge_partition, ctx)
@@ -327,9 +337,7 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
     fn = op.fn
     if op.aggregate is None and _spark_places(spark, ctx, shuffle=False):
         # Spark's hash partitioning of the key is pmod(hash(key), parallelism): the subtask.
-        # With no input (an empty local relation, as Connect sends it) Spark would plan
-        # the repartition as no partitions at all: a union with no rows keeps it.
-        kept = routed.unionByName(_no_rows(spark), allowMissingColumns=True).drop(NO_ROWS)
+        kept = _never_empty(spark, routed)
         placed = kept.repartition(ctx.parallelism, F.col(f"`{op.key}`"))
         process_in = functools.partial(process_partition, ctx, fn)
         return per_partition(placed, process_in, op.output_schema), True
