@@ -232,33 +232,62 @@ class KafkaOffsets:
         if not tps:
             return {}, {}
         begin, listed = self._listed("beginning", tps), self._listed("end", tps)
-        # A new consumer per probe: a partition's high watermark starts as None there, so a
-        # value read below came from a fetch sent by this call, never from an earlier one.
-        probe = self._consumer(max_partition_fetch_bytes=1024)
-        try:
-            with self._errors(f"probing the high watermark of {[str(tp) for tp in tps]}"):
-                probe.assign([_k(tp) for tp in tps])
-                for tp in tps:
-                    probe.seek(_k(tp), max(begin[tp], listed[tp] - 1))
-                water = self._wait_highwater(probe, tps)
-        finally:
-            probe.close(autocommit=False)
+        water = self._highwater({tp: max(begin[tp], listed[tp] - 1) for tp in tps})
         return begin, {tp: max(listed[tp], water[tp]) for tp in tps}
 
-    def _wait_highwater(self, probe: Any, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    def _highwater(self, starts: Mapping[TopicPartition, int]) -> _Offsets:
+        """Each partition's high watermark as a fetch from ``starts[tp]`` answers it.
+
+        The probe is a confluent-kafka consumer (librdkafka decodes the fetched batch in C;
+        kafka-python decoded a whole producer batch in Python, 1,000 records or more, to
+        read one number). A new consumer per probe, and a partition's watermark is read only
+        once this consumer has had a record or the end of that partition from its own
+        fetch, so no value comes from an earlier call.
+        """
+        from confluent_kafka import Consumer, KafkaError
+        from confluent_kafka import TopicPartition as _CTP
+
+        probe = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "client.id": self.client_id,
+                "group.id": self.client_id,  # required by the client; never joined
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",  # retention ran meanwhile: still an answer
+                "allow.auto.create.topics": False,
+                "socket.timeout.ms": self.request_timeout_ms,
+                "fetch.wait.max.ms": 10,
+                "fetch.max.bytes": 1024,
+                "message.max.bytes": 1000,  # the client requires fetch.max.bytes >= this
+                "max.partition.fetch.bytes": 1024,
+                "log_level": 2,
+            }
+        )
+        water: _Offsets = {}
         deadline = time.monotonic() + self.request_timeout_ms / 1000
-        while True:
-            water = {tp: probe.highwater(_k(tp)) for tp in tps}
-            missing = [str(tp) for tp, hw in water.items() if hw is None]
-            if not missing:
-                return water
-            if time.monotonic() > deadline:
-                raise KafkaSourceError(
-                    f"no fetch response from {self.bootstrap_servers!r} gave the high watermark "
-                    f"of {missing} within request_timeout_ms={self.request_timeout_ms}; check the "
-                    "broker's health or raise request_timeout_ms"
-                )
-            probe.poll(timeout_ms=100)
+        try:
+            probe.assign([_CTP(tp.topic, tp.partition, at) for tp, at in starts.items()])
+            while len(water) < len(starts):
+                if time.monotonic() > deadline:
+                    missing = [str(tp) for tp in starts if tp not in water]
+                    raise KafkaSourceError(
+                        f"no fetch response from {self.bootstrap_servers!r} gave the high "
+                        f"watermark of {missing} within request_timeout_ms="
+                        f"{self.request_timeout_ms}; check the broker's health or raise "
+                        "request_timeout_ms"
+                    )
+                for message in probe.consume(num_messages=1000, timeout=0.05):
+                    error = message.error()
+                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        continue  # the client retries; the deadline bounds the wait
+                    tp = TopicPartition(message.topic(), message.partition())
+                    if tp in starts and tp not in water:
+                        ctp = _CTP(tp.topic, tp.partition)
+                        water[tp] = int(probe.get_watermark_offsets(ctp, cached=True)[1])
+        finally:
+            probe.close()
+        return water
 
     # -- offsets by time ---------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ with manual assignment and no group (``read_split``), which yields exactly the r
 ``start <= offset < end``. Every ``end`` is exclusive: one past the last offset of the range.
 
 The reader works on Apache Kafka and on Tansu 0.6: the high watermark comes
-from :class:`KafkaOffsets` (kafka-python; it corrects Tansu's ListOffsets LATEST with a fetch
+from :class:`KafkaOffsets` (it corrects Tansu's ListOffsets LATEST with a fetch
 probe). The records are read with confluent-kafka (librdkafka decodes and checks record
 batches in C: about twice kafka-python's speed), and the reader stops when its position
 reaches ``end`` (past a record, or at the partition's end), not at a record at ``end - 1``,
