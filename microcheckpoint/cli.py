@@ -833,12 +833,13 @@ def warm(
         help="sc://host:port of the Spark Connect server the epochs run on",
     ),
     parallelism: int = typer.Option(2, help="Python workers to keep: the epochs' parallelism"),
-    every: float = typer.Option(45.0, help="seconds between rounds, below 60"),
+    every: float = typer.Option(45.0, help="seconds from one round's start to the next, <= 50"),
     rounds: int | None = typer.Option(None, help="stop after this many rounds (default: never)"),
 ) -> None:
     """Run a task on each of PARALLELISM Python workers of the shared session every EVERY
     seconds: Spark ends a worker idle for a minute, and an epoch after that waits for new
-    ones (a 100k-record epoch: 1.2 s instead of 0.5 s). Stop it with Ctrl-C."""
+    ones (a 100k-record epoch: 1.2 s instead of 0.5 s). A failed round is one line on
+    stderr and the next round connects again. Stop it with Ctrl-C (exit code 0)."""
     from microcheckpoint.engine.warm import check_warm_settings, keep_warm
 
     check_warm_settings(parallelism, every, rounds)
@@ -849,24 +850,30 @@ def warm(
 
     def report(round_no: int, pids: list[int], seconds: float) -> None:
         listed = ", ".join(map(str, pids))
+        short = "" if len(pids) >= parallelism else f" of {parallelism} asked (fewer task slots)"
         out.print(
-            f"round {round_no}: {len(pids)} Python worker(s) warm (pids {listed}) "
+            f"round {round_no}: {len(pids)} Python worker(s){short} warm (pids {listed}) "
             f"in {seconds:.2f} s",
             markup=False,
         )
 
+    def failed(round_no: int, exc: Exception) -> None:
+        if isinstance(exc, ModuleNotFoundError):
+            raise exc  # a missing package: handles_errors names the extra to install
+        err.print(
+            f"microcheckpoint: round {round_no} at {remote} failed: {failure_cause(exc)}",
+            markup=False,
+        )
+
     try:
-        spark = connect_spark(remote)
-        keep_warm(spark, parallelism, every, rounds, report)
+        seen = keep_warm(lambda: connect_spark(remote), parallelism, every, rounds, report, failed)
     except KeyboardInterrupt:
         return
-    except MicrocheckpointError:
-        raise
-    except Exception as exc:  # the server's or the client's failure: one line, its cause
-        raise _fail(f"keeping workers warm at {remote} failed: {failure_cause(exc)}", 1) from None
+    if seen and all(pids is None for pids in seen):
+        raise _fail(f"no round reached the Spark Connect server at {remote}", 1)
 
 
-def _main(application: typer.Typer, help_without_arguments: bool) -> None:
+def _main(application: typer.Typer, name: str, help_without_arguments: bool) -> None:
     """A console script. A usage error (an unknown option, a value of the wrong type, an
     unknown command) is one line, as every bad input here, with exit code 2."""
     import sys
@@ -880,7 +887,7 @@ def _main(application: typer.Typer, help_without_arguments: bool) -> None:
     try:
         code = application(standalone_mode=False)
     except UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "microcheckpoint"
+        where = exc.ctx.command_path if exc.ctx else name
         message = " ".join(exc.format_message().split()).rstrip(".")
         err.print(f"microcheckpoint: {message}; see `{where} --help`", markup=False)
         raise SystemExit(2) from None
@@ -894,12 +901,12 @@ def _main(application: typer.Typer, help_without_arguments: bool) -> None:
 
 def main() -> None:
     """The console script ``microcheckpoint``."""
-    _main(app, help_without_arguments=True)
+    _main(app, "microcheckpoint", help_without_arguments=True)
 
 
 def warm_main() -> None:
     """The console script ``microcheckpoint-warm``."""
-    _main(warm_app, help_without_arguments=False)
+    _main(warm_app, "microcheckpoint-warm", help_without_arguments=False)
 
 
 if __name__ == "__main__":

@@ -244,7 +244,19 @@ class KafkaOffsets:
         once this consumer has had a record or the end of that partition from its own
         fetch, so no value comes from an earlier call.
         """
-        from confluent_kafka import Consumer, KafkaError
+        from confluent_kafka import KafkaException
+
+        try:
+            return self._probe_highwater(starts)
+        except KafkaException as exc:
+            raise KafkaSourceError(
+                f"Kafka at {self.bootstrap_servers!r} failed while probing the high watermark "
+                f"of {[str(tp) for tp in starts]}: {exc}; check the broker and that this "
+                "client may read the topic"
+            ) from exc
+
+    def _probe_highwater(self, starts: Mapping[TopicPartition, int]) -> _Offsets:
+        from confluent_kafka import Consumer, KafkaError, KafkaException
         from confluent_kafka import TopicPartition as _CTP
 
         probe = Consumer(
@@ -255,8 +267,11 @@ class KafkaOffsets:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",  # retention ran meanwhile: still an answer
+                # as the reader, and as kafka-python's default: an open transaction's
+                # records count, so the fetch from the high watermark - 1 answers at once
+                "isolation.level": "read_uncommitted",
                 "allow.auto.create.topics": False,
-                "socket.timeout.ms": self.request_timeout_ms,
+                "socket.timeout.ms": min(max(self.request_timeout_ms, 10), 300_000),
                 "fetch.wait.max.ms": 10,
                 "fetch.max.bytes": 1024,
                 "message.max.bytes": 1000,  # the client requires fetch.max.bytes >= this
@@ -265,21 +280,29 @@ class KafkaOffsets:
             }
         )
         water: _Offsets = {}
+        last: list[Any] = []  # the client's last error (it retries)
+        transient = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         try:
             probe.assign([_CTP(tp.topic, tp.partition, at) for tp, at in starts.items()])
             while len(water) < len(starts):
                 if time.monotonic() > deadline:
                     missing = [str(tp) for tp in starts if tp not in water]
+                    detail = f"; the last error was {last[-1].str()}" if last else ""
                     raise KafkaSourceError(
                         f"no fetch response from {self.bootstrap_servers!r} gave the high "
                         f"watermark of {missing} within request_timeout_ms="
-                        f"{self.request_timeout_ms}; check the broker's health or raise "
-                        "request_timeout_ms"
+                        f"{self.request_timeout_ms}{detail}; check the broker's health or "
+                        "raise request_timeout_ms"
                     )
                 for message in probe.consume(num_messages=1000, timeout=0.05):
                     error = message.error()
                     if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        if error.fatal() or (
+                            not error.retriable() and error.code() not in transient
+                        ):
+                            raise KafkaException(error)  # refused (ACLs, say): no retry helps
+                        last.append(error)
                         continue  # the client retries; the deadline bounds the wait
                     tp = TopicPartition(message.topic(), message.partition())
                     if tp in starts and tp not in water:

@@ -22,9 +22,10 @@ from typing import Any
 
 from microcheckpoint.errors import ConfigError
 
-__all__ = ["IDLE_LIMIT_S", "check_warm_settings", "keep_warm", "touch_workers"]
+__all__ = ["IDLE_LIMIT_S", "MAX_EVERY_S", "check_warm_settings", "keep_warm", "touch_workers"]
 
 IDLE_LIMIT_S = 60.0  # Spark ends a Python worker idle this long (PythonWorkerFactory)
+MAX_EVERY_S = 50.0  # rounds start at most this far apart: a round itself takes time
 _HOLD_S = 0.2  # each task waits this long, so the tasks overlap and take distinct workers
 
 
@@ -32,19 +33,20 @@ def check_warm_settings(parallelism: int, every_s: float, rounds: int | None) ->
     """Refuse settings that cannot keep workers warm.
 
     Raises:
-        ConfigError: ``parallelism`` below 1, ``every_s`` not in (0, 60), or ``rounds``
+        ConfigError: ``parallelism`` below 1, ``every_s`` not in (0, 50], or ``rounds``
             below 1.
     """
     if parallelism < 1:
         raise ConfigError(
             "parallelism", parallelism, "the number of Python workers to keep, 1 or more"
         )
-    if not 0 < every_s < IDLE_LIMIT_S:
+    if not 0 < every_s <= MAX_EVERY_S:
         raise ConfigError(
             "every",
             every_s,
-            f"seconds between rounds, above 0 and below {IDLE_LIMIT_S:.0f} (Spark ends a "
-            f"Python worker idle for {IDLE_LIMIT_S:.0f} s), e.g. 45",
+            f"seconds from one round's start to the next, above 0 and at most "
+            f"{MAX_EVERY_S:.0f} (Spark ends a Python worker idle for {IDLE_LIMIT_S:.0f} s), "
+            "e.g. 45",
         )
     if rounds is not None and rounds < 1:
         raise ConfigError("rounds", rounds, "1 or more, or leave it out to run until stopped")
@@ -62,37 +64,70 @@ def _hold(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def touch_workers(spark: Any, parallelism: int) -> list[int]:
-    """One round: a task on each of ``parallelism`` workers; their process ids, sorted."""
+    """One round: a task on each of ``parallelism`` workers.
+
+    Args:
+        spark: a Spark session (the shared Connect session, for the epochs' workers).
+        parallelism: how many tasks run at once, each on a worker of its own (fewer when
+            the cluster has fewer task slots).
+
+    Returns:
+        The process ids of the workers the tasks ran on, sorted.
+    """
     frame = spark.range(0, parallelism, 1, parallelism).mapInArrow(_hold, "pid long")
     return sorted({row.pid for row in frame.collect()})
 
 
 def keep_warm(
-    spark: Any,
+    session: Callable[[], Any],
     parallelism: int,
     every_s: float,
     rounds: int | None = None,
     report: Callable[[int, list[int], float], None] | None = None,
+    failed: Callable[[int, Exception], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
-) -> list[list[int]]:
-    """Touch ``parallelism`` workers every ``every_s`` seconds, ``rounds`` times (None:
-    until interrupted); ``report(round, pids, seconds)`` after each. Returns each round's
-    process ids (kept only when ``rounds`` is given).
+    clock: Callable[[], float] = time.monotonic,
+) -> list[list[int] | None]:
+    """Touch ``parallelism`` workers in rounds that start ``every_s`` seconds apart,
+    ``rounds`` times (None: until interrupted).
+
+    Args:
+        session: gives the Spark session; called again for the round after a failed one
+            (a Connect server that restarted has forgotten the session).
+        parallelism, every_s, rounds: as ``check_warm_settings``.
+        report: ``report(round, pids, seconds)`` after each round that ran.
+        failed: ``failed(round, error)`` after a round that raised; without it the error
+            ends the rounds.
+        sleep, clock: time, for tests.
+
+    Returns:
+        Each round's process ids, None for a failed round (kept only when ``rounds`` is
+        given).
 
     Raises:
         ConfigError: as ``check_warm_settings``.
     """
     check_warm_settings(parallelism, every_s, rounds)
-    seen: list[list[int]] = []
+    seen: list[list[int] | None] = []
+    spark = None
     round_no = 0
+    next_start = clock()
     while rounds is None or round_no < rounds:
-        if round_no:
-            sleep(every_s)
+        sleep(max(0.0, next_start - clock()))
+        started = clock()
+        next_start = started + every_s
         round_no += 1
-        started = time.monotonic()
-        pids = touch_workers(spark, parallelism)
+        pids: list[int] | None = None
+        try:
+            spark = spark or session()
+            pids = touch_workers(spark, parallelism)
+        except Exception as exc:
+            if failed is None:
+                raise
+            failed(round_no, exc)
+            spark = None
         if rounds is not None:
             seen.append(pids)
-        if report is not None:
-            report(round_no, pids, time.monotonic() - started)
+        if pids is not None and report is not None:
+            report(round_no, pids, clock() - started)
     return seen

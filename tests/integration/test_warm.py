@@ -1,8 +1,10 @@
 """``microcheckpoint-warm``: the epochs' Python workers kept between sparse epochs.
 
 Through the console script, against the session's Spark Connect server: every round runs a
-task on the same workers, and they are the workers a job of the shared session (the one
+task on workers already warm, and they are the workers a job of the shared session (the one
 every epoch joins) runs on. Bad input is one line and exit code 2, before any connection.
+The rounds' timing and a failed round are ``tests/unit/engine/test_warm.py``'s (a round
+against no server waits out the Connect client's own retries, minutes).
 Spark ends a worker idle for a minute (``engine.warm``); that a kept worker outlives the
 minute is measured, not tested here (docs/engine.md), since it takes more than a minute.
 """
@@ -50,9 +52,13 @@ def test_rounds_keep_the_shared_sessions_workers(spark_connect_url: str) -> None
         )
         assert found, line
         rounds.append(sorted(map(int, found.groups())))
-    # Every round found the workers of the one before: none was started again.
-    assert rounds[0] == rounds[1] == rounds[2]
-    # An epoch's job in the shared session runs on those very workers.
+    # Every round found workers of the rounds before: none was started again (the pool
+    # may hold more idle workers than two, left by earlier tests; it hands out the oldest).
+    kept = set(rounds[0])
+    for later in rounds[1:]:
+        assert set(later) <= kept, rounds
+        kept |= set(later)
+    # A job of the shared session, which every epoch joins, runs on those very workers.
     client = subprocess.run(
         [sys.executable, "-c", CLIENT, spark_connect_url],
         cwd=REPO,
@@ -61,21 +67,23 @@ def test_rounds_keep_the_shared_sessions_workers(spark_connect_url: str) -> None
         timeout=300,
     )
     assert client.returncode == 0, client.stderr[-3000:]
-    assert json.loads(client.stdout.splitlines()[-1]) == rounds[0]
+    assert set(json.loads(client.stdout.splitlines()[-1])) <= kept, (rounds, client.stdout)
 
 
 @pytest.mark.parametrize(
     ("args", "line"),
     [
         (
-            ("sc://127.0.0.1:1", "--every", "75"),
-            "microcheckpoint: config field 'every' = 75.0 is invalid: seconds between rounds, "
-            "above 0 and below 60 (Spark ends a Python worker idle for 60 s), e.g. 45",
+            ("sc://127.0.0.1:1", "--every", "55"),
+            "microcheckpoint: config field 'every' = 55.0 is invalid: seconds from one round's "
+            "start to the next, above 0 and at most 50 (Spark ends a Python worker idle for "
+            "60 s), e.g. 45",
         ),
         (
             ("sc://127.0.0.1:1", "--every", "0"),
-            "microcheckpoint: config field 'every' = 0.0 is invalid: seconds between rounds, "
-            "above 0 and below 60 (Spark ends a Python worker idle for 60 s), e.g. 45",
+            "microcheckpoint: config field 'every' = 0.0 is invalid: seconds from one round's "
+            "start to the next, above 0 and at most 50 (Spark ends a Python worker idle for "
+            "60 s), e.g. 45",
         ),
         (
             ("sc://127.0.0.1:1", "--parallelism", "0"),
