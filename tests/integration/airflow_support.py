@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,31 @@ DRIVER = Path(__file__).with_name("dagtest_driver.py")
 
 
 def migrate(home: Path, bootstrap: str, s3: S3Endpoint) -> None:
-    """Create the Airflow metadata database (SQLite) in ``home``."""
+    """Create the Airflow metadata database (SQLite) in ``home``: a copy of one migrated
+    database per test run, made by the first test worker that needs it (`airflow db
+    migrate` is 15-20 s of CPU, and the suite is bound by its CPU)."""
+    home.mkdir(parents=True, exist_ok=True)
+    run_root = next(
+        (
+            p
+            for p in home.parents
+            if p.name.startswith("pytest-") and p.parent.name.startswith("pytest-of-")
+        ),
+        None,
+    )
+    if run_root is None:  # not under pytest's temporary folder: migrate in place
+        _migrate(home, bootstrap, s3)
+        return
+    template = run_root / "airflow-db-template"
+    template.mkdir(exist_ok=True)
+    with open(template / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other test workers wait for the first
+        if not (template / "airflow.db").exists():
+            _migrate(template, bootstrap, s3)
+    shutil.copy(template / "airflow.db", home / "airflow.db")
+
+
+def _migrate(home: Path, bootstrap: str, s3: S3Endpoint) -> None:
     env = airflow_environment(home, free_port(), bootstrap, s3, "unused")
     airflow = Path(sys.executable).with_name("airflow")
     done = subprocess.run(
