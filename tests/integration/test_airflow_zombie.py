@@ -71,8 +71,10 @@ def test_a_zombie_run_loses_to_the_run_that_expired_its_checkpoint(
             spark_connect=spark_connect_url,
         )
 
-    # Checkpoint 1 (so retention keeps the aborted checkpoint after it as history).
-    assert run(home_b, env)[0]["state"] == "success"
+    # Checkpoint 1 (so retention keeps the aborted checkpoint after it as history), with a
+    # timeout no busy machine reaches: only checkpoint 2 is meant to expire.
+    first = run(home_b, {**env, "WORDCOUNT_TIMEOUT": "10min"})
+    assert first[0]["state"] == "success", first
     hold = Hold(tmp_path / "hold", "reading", limit_s=300)
     zombie: list = []
     run_a = threading.Thread(target=lambda: zombie.extend(run(home_a, {**env, **hold.env})))
