@@ -840,9 +840,9 @@ def warm(
     seconds: Spark ends a worker idle for a minute, and an epoch after that waits for new
     ones (a 100k-record epoch: 1.2 s instead of 0.5 s). A failed round is one line on
     stderr and the next round connects again. Stop it with Ctrl-C (exit code 0)."""
-    from microcheckpoint.engine.warm import check_warm_settings, keep_warm
+    from microcheckpoint.engine.warm import keep_warm
 
-    check_warm_settings(parallelism, every, rounds)
+    # keep_warm checks the other settings before it connects
     if not remote.startswith("sc://"):
         raise ConfigError("remote", remote, "the Spark Connect URL, sc://host:port")
     from microcheckpoint.engine.errors import failure_cause
