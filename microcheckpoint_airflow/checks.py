@@ -9,7 +9,7 @@ EXPIRED, so expiry does not depend on which task notices first.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -36,8 +36,12 @@ class CheckState(str, Enum):
 
 @dataclass(frozen=True)
 class Check:
+    """A check's answer; ``wait_s`` is what is left of the min pause when it is known
+    (not carried by the trigger's event, not compared)."""
+
     state: CheckState
     message: str
+    wait_s: float | None = field(default=None, compare=False)
 
     def to_event(self) -> dict[str, str]:
         return {"state": self.state.value, "message": self.message}
@@ -64,7 +68,8 @@ def _gate(
         except Exception as exc:
             return Check(CheckState.FAIL, str(exc))
     if decision.verdict in waits:
-        return Check(CheckState.WAIT, decision.reason)
+        pause = decision.wait_s if decision.verdict is Verdict.WAIT_MIN_PAUSE else None
+        return Check(CheckState.WAIT, decision.reason, pause)
     return Check(CheckState.READY, decision.reason)
 
 

@@ -852,3 +852,45 @@ def test_an_epoch_failure_after_the_barrier_fails_the_task_even_if_stop_fails(
     # The session before the barrier, stopped last; the id went to XCom at once.
     assert order == ["bootstrap", "session", "trigger", "process", "stop"]
     assert ti.pushed == {"checkpoint_id": 7}
+
+
+# ---- LocalEpochOperator: the gate (min pause and max concurrent) -----------------------------
+
+
+def _gated(env: Env, monkeypatch: pytest.MonkeyPatch, **checkpointing: Any) -> Any:
+    """A gated epoch task whose epoch only records when it started."""
+    from microcheckpoint_airflow.operators import LocalEpochOperator
+
+    op = LocalEpochOperator(
+        task_id="process_epoch", spec=env.spec(**checkpointing), trigger=True, gate=True
+    )
+    op.started: list[float] = []  # type: ignore[misc]
+    monkeypatch.setattr(op, "run", lambda *_: op.started.append(time.time()) or {"ran": True})
+    return op
+
+
+def test_a_short_min_pause_is_waited_out_in_the_task(env: Env, monkeypatch) -> None:
+    op = _gated(env, monkeypatch, min_pause="2s")
+    coord = env.coordinator(op.spec)
+    env.epoch(coord, {TP0: 10})
+    completed_s = coord.view().metadata(C1).completed_time_ms / 1000
+    assert op.execute(CONTEXT) == {"ran": True}  # no TaskDeferred: the task waited
+    assert op.started[0] - completed_s >= 2.0
+
+
+def test_a_long_min_pause_or_a_checkpoint_in_flight_defers(env: Env, monkeypatch) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    op = _gated(env, monkeypatch, min_pause=f"{operators.IN_TASK_WAIT_S + 5:.0f}s")
+    env.epoch(env.coordinator(op.spec), {TP0: 10})
+    began = time.monotonic()
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(CONTEXT)
+    assert time.monotonic() - began < operators.IN_TASK_WAIT_S  # deferred without waiting
+    assert deferred.value.method_name == "execute_after_gate"
+    # One checkpoint in flight with max_concurrent 1: how long is unknown, so it defers.
+    op = _gated(env, monkeypatch, min_pause="0s", max_concurrent=1)
+    env.trigger(env.coordinator(op.spec), {TP0: 20})
+    with pytest.raises(TaskDeferred):
+        op.execute(CONTEXT)
+    assert op.started == []
