@@ -295,19 +295,21 @@ class KafkaOffsets:
                         f"{self.request_timeout_ms}{detail}; check the broker's health or "
                         "raise request_timeout_ms"
                     )
-                for message in probe.consume(num_messages=1000, timeout=0.05):
-                    error = message.error()
-                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                        if error.fatal() or (
-                            not error.retriable() and error.code() not in transient
-                        ):
-                            raise KafkaException(error)  # refused (ACLs, say): no retry helps
-                        last.append(error)
-                        continue  # the client retries; the deadline bounds the wait
-                    tp = TopicPartition(message.topic(), message.partition())
-                    if tp in starts and tp not in water:
-                        ctp = _CTP(tp.topic, tp.partition)
-                        water[tp] = int(probe.get_watermark_offsets(ctp, cached=True)[1])
+                # One event at a time: ``consume(n, timeout)`` would wait for n events
+                # or the whole timeout, 50 ms per probe where a fetch takes a few.
+                message = probe.poll(0.05)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    if error.fatal() or (not error.retriable() and error.code() not in transient):
+                        raise KafkaException(error)  # refused (ACLs, say): no retry helps
+                    last.append(error)
+                    continue  # the client retries; the deadline bounds the wait
+                tp = TopicPartition(message.topic(), message.partition())
+                if tp in starts and tp not in water:
+                    ctp = _CTP(tp.topic, tp.partition)
+                    water[tp] = int(probe.get_watermark_offsets(ctp, cached=True)[1])
         finally:
             probe.close()
         return water
