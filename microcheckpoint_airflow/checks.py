@@ -9,6 +9,7 @@ EXPIRED, so expiry does not depend on which task notices first.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -24,7 +25,23 @@ from microcheckpoint.protocol.records import AbortReason, PendingRecord, read
 from microcheckpoint.protocol.recovery import alignment_wait
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView
 
-__all__ = ["AlignmentProbe", "Check", "CheckState", "KINDS", "deadline_checker", "run_check"]
+__all__ = [
+    "IN_TASK_WAIT_S",
+    "AlignmentProbe",
+    "Check",
+    "CheckState",
+    "KINDS",
+    "deadline_checker",
+    "run_check",
+    "wait_out_short_pause",
+]
+
+# A min pause with at most this left is waited out in the task, not deferred: a deferral
+# costs the triggerer's round trip and a second task start, and Airflow 3.3.2 can kill an
+# attempt resumed within seconds of its deferral (the deferring process's stale "success"
+# drained after the resumed attempt is running: apache/airflow#72716, seen at 6 s on a
+# busy machine). Longer waits, and waits for a checkpoint in flight, defer.
+IN_TASK_WAIT_S = 10.0
 
 
 class CheckState(str, Enum):
@@ -49,6 +66,26 @@ class Check:
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> Check:
         return cls(CheckState(event["state"]), str(event.get("message", "")))
+
+
+def wait_out_short_pause(
+    check: Check,
+    again: Callable[[], Check],
+    say: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> Check:
+    """While ``check`` waits for a min pause with at most ``IN_TASK_WAIT_S`` left: sleep it
+    out (saying so through ``say``), then ``again()``. Returns the first other answer, which
+    may still be WAIT (a longer pause, a checkpoint in flight): that one defers."""
+    while (
+        check.state is CheckState.WAIT
+        and check.wait_s is not None
+        and check.wait_s <= IN_TASK_WAIT_S
+    ):
+        say(f"{check.message}; waiting {check.wait_s:.1f} s in the task")
+        sleep(check.wait_s + 0.05)
+        check = again()
+    return check
 
 
 def _coordinator(config: dict[str, Any], store_options: dict[str, Any]) -> CheckpointCoordinator:

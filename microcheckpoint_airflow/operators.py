@@ -93,11 +93,6 @@ def task_errors() -> Iterator[None]:
         raise AirflowFailException(str(exc)) from exc
 
 
-def _short(wait_s: float | None) -> bool:
-    """A min pause's remainder short enough to wait out in the task (``IN_TASK_WAIT_S``)."""
-    return wait_s is not None and wait_s <= IN_TASK_WAIT_S
-
-
 def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
 
@@ -111,12 +106,6 @@ def run_labels(context: Any) -> dict[str, str]:
 # and how its log lines name it.
 GATE = "concurrency"
 GATE_LABEL = "min pause and max concurrent"
-# A min pause with at most this left is waited out in the task, not deferred: a deferral
-# costs the triggerer's round trip and a second task start, and Airflow 3.3.2 can kill an
-# attempt resumed within seconds of its deferral (the deferring process's stale "success"
-# drained after the resumed attempt is running: apache/airflow#72716, seen at 6 s on a
-# busy machine). Longer waits, and waits for a checkpoint in flight, defer.
-IN_TASK_WAIT_S = 10.0
 
 
 class PipelineOperator(BaseOperator):
@@ -255,7 +244,7 @@ class LocalEpochOperator(PipelineOperator):
     waits for Flink's minimum pause and maximum concurrent checkpoints (the check of
     ``ConcurrencySensor``: expired checkpoints aborted first; suspended: skipped; stopped by
     the failure policy: failed). When they hold, it goes on at once; a min pause with at
-    most ``IN_TASK_WAIT_S`` left it waits out in the task; otherwise it defers to the
+    most ``checks.IN_TASK_WAIT_S`` left it waits out in the task; otherwise it defers to the
     triggerer (no worker slot) and goes on when they hold. One task start per epoch instead
     of three.
 
@@ -284,17 +273,15 @@ class LocalEpochOperator(PipelineOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         coord = self.coordinator()
         if self.gate:
-            from microcheckpoint_airflow.checks import KINDS, CheckState
+            from microcheckpoint_airflow.checks import KINDS, CheckState, wait_out_short_pause
             from microcheckpoint_airflow.triggers import CheckpointConditionTrigger
 
             refuse_unknown_conf(context)
-            check = KINDS[GATE](coord, None)
-            while check.state is CheckState.WAIT and _short(check.wait_s):
-                self.log.info(
-                    "%s: %s; waiting %.1f s in the task", GATE_LABEL, check.message, check.wait_s
-                )
-                time.sleep(check.wait_s + 0.05)  # type: ignore[operator]
-                check = KINDS[GATE](coord, None)
+            check = wait_out_short_pause(
+                KINDS[GATE](coord, None),
+                lambda: KINDS[GATE](coord, None),
+                lambda text: self.log.info("%s: %s", GATE_LABEL, text),
+            )
             if check.state is CheckState.WAIT:
                 self.log.info("%s: %s; deferring", GATE_LABEL, check.message)
                 config, options = self.spec.config_mapping, self.store_options()

@@ -35,6 +35,7 @@ from microcheckpoint_airflow.checks import (
     CheckState,
     deadline_checker,
     run_check,
+    wait_out_short_pause,
 )
 from microcheckpoint_airflow.hooks import CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.run_conf import refuse_unknown_conf
@@ -128,7 +129,9 @@ class CheckpointSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        check = self._check()
+        check = wait_out_short_pause(
+            self._check(), self._check, lambda text: self.log.info("%s: %s", self.kind, text)
+        )
         if check.state is not CheckState.WAIT:
             self._finish(check)
             return None

@@ -38,7 +38,7 @@ from microcheckpoint.protocol.savepoints import create_savepoint
 from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.file import FileStore
-from microcheckpoint_airflow import operators
+from microcheckpoint_airflow import checks, operators
 from microcheckpoint_airflow.operators import (
     AbortCheckpointOperator,
     CompleteCheckpointOperator,
@@ -881,12 +881,12 @@ def test_a_short_min_pause_is_waited_out_in_the_task(env: Env, monkeypatch) -> N
 def test_a_long_min_pause_or_a_checkpoint_in_flight_defers(env: Env, monkeypatch) -> None:
     from airflow.sdk.exceptions import TaskDeferred
 
-    op = _gated(env, monkeypatch, min_pause=f"{operators.IN_TASK_WAIT_S + 5:.0f}s")
+    op = _gated(env, monkeypatch, min_pause=f"{checks.IN_TASK_WAIT_S + 5:.0f}s")
     env.epoch(env.coordinator(op.spec), {TP0: 10})
     began = time.monotonic()
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(CONTEXT)
-    assert time.monotonic() - began < operators.IN_TASK_WAIT_S  # deferred without waiting
+    assert time.monotonic() - began < checks.IN_TASK_WAIT_S  # deferred without waiting
     assert deferred.value.method_name == "execute_after_gate"
     # One checkpoint in flight with max_concurrent 1: how long is unknown, so it defers.
     op = _gated(env, monkeypatch, min_pause="0s", max_concurrent=1)
@@ -894,3 +894,21 @@ def test_a_long_min_pause_or_a_checkpoint_in_flight_defers(env: Env, monkeypatch
     with pytest.raises(TaskDeferred):
         op.execute(CONTEXT)
     assert op.started == []
+
+
+def test_the_min_pause_sensor_waits_a_short_pause_and_defers_a_long_one(env: Env) -> None:
+    """The spark-submit DAG's ``wait_min_pause``: the same rule as the gate's."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from microcheckpoint_airflow.sensors import MinPauseSensor
+
+    short = env.spec(min_pause="2s")
+    coord = env.coordinator(short)
+    env.epoch(coord, {TP0: 10})
+    completed_s = coord.view().metadata(C1).completed_time_ms / 1000
+    assert MinPauseSensor(task_id="wait_min_pause", spec=short).execute(CONTEXT) is None
+    assert time.time() - completed_s >= 2.0
+    # The same checkpoint 1, about 2 s ago, under a pause of IN_TASK_WAIT_S + 5 s.
+    long = env.spec(min_pause=f"{checks.IN_TASK_WAIT_S + 5:.0f}s")
+    with pytest.raises(TaskDeferred):
+        MinPauseSensor(task_id="wait_min_pause", spec=long).execute(CONTEXT)
