@@ -69,14 +69,15 @@ class Check:
 
 
 def wait_out_short_pause(
-    check: Check,
-    again: Callable[[], Check],
+    look: Callable[[], Check],
     say: Callable[[str], None],
     sleep: Callable[[float], None] = time.sleep,
 ) -> Check:
-    """While ``check`` waits for a min pause with at most ``IN_TASK_WAIT_S`` left: sleep it
-    out (saying so through ``say``), then ``again()``. Returns the first other answer, which
-    may still be WAIT (a longer pause, a checkpoint in flight): that one defers."""
+    """``look()``, and while it waits for a min pause with at most ``IN_TASK_WAIT_S`` left:
+    sleep that out (saying so through ``say``) and look again. Returns the first other
+    answer, which may still be WAIT (a longer pause, a checkpoint in flight): that one
+    defers."""
+    check = look()
     while (
         check.state is CheckState.WAIT
         and check.wait_s is not None
@@ -84,7 +85,7 @@ def wait_out_short_pause(
     ):
         say(f"{check.message}; waiting {check.wait_s:.1f} s in the task")
         sleep(check.wait_s + 0.05)
-        check = again()
+        check = look()
     return check
 
 

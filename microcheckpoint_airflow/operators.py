@@ -278,7 +278,6 @@ class LocalEpochOperator(PipelineOperator):
 
             refuse_unknown_conf(context)
             check = wait_out_short_pause(
-                KINDS[GATE](coord, None),
                 lambda: KINDS[GATE](coord, None),
                 lambda text: self.log.info("%s: %s", GATE_LABEL, text),
             )

@@ -130,7 +130,7 @@ class CheckpointSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         check = wait_out_short_pause(
-            self._check(), self._check, lambda text: self.log.info("%s: %s", self.kind, text)
+            self._check, lambda text: self.log.info("%s: %s", self.kind, text)
         )
         if check.state is not CheckState.WAIT:
             self._finish(check)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -26,7 +27,7 @@ from kafka.structs import OffsetAndMetadata
 from microcheckpoint.errors import KafkaSourceError
 from microcheckpoint.ids import TopicPartition
 
-__all__ = ["KafkaOffsets"]
+__all__ = ["KafkaOffsets", "retry_helps"]
 
 _Offsets = dict[TopicPartition, int]
 
@@ -37,6 +38,16 @@ _UNREACHABLE = tuple(
 
 def _k(tp: TopicPartition) -> _KTP:
     return _KTP(tp.topic, tp.partition)
+
+
+def retry_helps(error: Any) -> bool:
+    """Whether librdkafka's own retries may get past ``error`` (a ``KafkaError``): it is
+    retriable, or the broker is unreachable for now (a transport error, every broker down,
+    a name that did not resolve). Fatal errors and refusals (ACLs, say) are not."""
+    from confluent_kafka import KafkaError
+
+    transient = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE)
+    return not error.fatal() and (error.retriable() or error.code() in transient)
 
 
 class KafkaOffsets:
@@ -280,8 +291,7 @@ class KafkaOffsets:
             }
         )
         water: _Offsets = {}
-        last: list[Any] = []  # the client's last error (it retries)
-        transient = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+        last: deque[Any] = deque(maxlen=1)  # the client's last error (it retries)
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         try:
             probe.assign([_CTP(tp.topic, tp.partition, at) for tp, at in starts.items()])
@@ -302,7 +312,7 @@ class KafkaOffsets:
                     continue
                 error = message.error()
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    if error.fatal() or (not error.retriable() and error.code() not in transient):
+                    if not retry_helps(error):
                         raise KafkaException(error)  # refused (ACLs, say): no retry helps
                     last.append(error)
                     continue  # the client retries; the deadline bounds the wait

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as _CTP
 
 from microcheckpoint.adapters.decoding import SourceRecord
-from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.adapters.kafka_offsets import KafkaOffsets, retry_helps
 from microcheckpoint.errors import ConfigError, InvalidValue, KafkaSourceError
 from microcheckpoint.ids import TopicPartition
 from microcheckpoint.protocol.barrier import Barrier
@@ -44,7 +44,6 @@ __all__ = [
 _CONSUME_MAX = 10_000  # records per consume() call
 _QUEUED_KBYTES = 16 * 1024  # what the client prefetches per consumer, at most
 _OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
-_TRANSIENT = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
 
 
 @dataclass(frozen=True)
@@ -278,7 +277,7 @@ def _batches(
                     position = max(position, message.offset())
                 elif error.code() in _OUT_OF_RANGE:
                     raise _out_of_range(bootstrap_servers, split, position, request_timeout_ms)
-                elif error.fatal() or (not error.retriable() and error.code() not in _TRANSIENT):
+                elif not retry_helps(error):
                     raise _failed(bootstrap_servers, split, f"fetching at offset {position}", error)
                 else:
                     client_errors.append(error)  # the client retries (a broker restarting)
