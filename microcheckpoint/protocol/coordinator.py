@@ -21,8 +21,10 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import wait
 from dataclasses import dataclass, replace
 from enum import Enum
+from functools import partial
 from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
@@ -49,6 +51,7 @@ from microcheckpoint.protocol.records import (
     NotifiedRecord,
     OutcomeRecord,
     PendingRecord,
+    RestoreMarker,
     StopRecord,
     decode_metadata,
     encode,
@@ -60,7 +63,7 @@ from microcheckpoint.protocol.records.interval import DataInterval
 from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_retention
 from microcheckpoint.protocol.statistics import checkpoint_statistics
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, RecordCache, scan
-from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
+from microcheckpoint.storage.port import ObjectStore, WriteOutcome, started, write_once
 from microcheckpoint.storage.probe import ensure_put_if_absent
 
 __all__ = [
@@ -162,13 +165,18 @@ class CheckpointCoordinator:
         self.records = RecordCache()
         # The listing ``trigger`` took after allocating a checkpoint, for its ``plan``.
         self._triggered: dict[CheckpointId, PipelineView] = {}
+        # The ack keys of the attempts this coordinator planned and has not decided yet:
+        # the listing after the tasks acked reads them at the same time (``view``).
+        self._planned: dict[CheckpointId, list[str]] = {}
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def view(self) -> PipelineView:
-        """A fresh listing of the pipeline (records already read come from ``records``)."""
-        return scan(self.store, self.layout, self.records)
+        """A fresh listing of the pipeline (records already read come from ``records``);
+        the acks of an attempt this coordinator planned are read while it lists."""
+        acks = [key for keys in self._planned.values() for key in keys]
+        return scan(self.store, self.layout, self.records, acks=acks)
 
     def _write_once(self, key: str, record: object, data: bytes) -> WriteOutcome:
         """``write_once`` of a write-once record; on success the views know it unread."""
@@ -270,8 +278,9 @@ class CheckpointCoordinator:
         partitions); 4. plan the barrier; 5. allocate n with put-if-absent of
         ``_pending``, which holds the barrier (one atomic write: no checkpoint exists
         without its barrier); 6. if a racing trigger took the concurrency slot first,
-        abort n as TRIGGER_REFUSED. Every processing run then begins its own attempt
-        (``begin_attempt``: 2, 3, ...), so a re-run never mixes with an earlier run's acks.
+        abort n as TRIGGER_REFUSED. The run that triggered n processes it as attempt 1
+        (``plan``); every other processing run begins its own attempt (``begin_attempt``:
+        2, 3, ...), so a re-run never mixes with an earlier run's acks.
 
         Args:
             expected: every operator subtask that must ack.
@@ -405,22 +414,28 @@ class CheckpointCoordinator:
             attempt += 1
 
     def plan(self, cid: CheckpointId) -> EpochPlan:
-        """Begin a new attempt of pending checkpoint ``cid`` and hand the engine its plan.
+        """Begin an attempt of pending checkpoint ``cid`` and hand the engine its plan.
 
-        Steps: 1. begin the attempt (acks of older attempts stop counting); 2. read the
-        checkpoint once: barrier, trigger time, expected tasks, the state to restore.
+        Steps: 1. the attempt: 1 for the checkpoint this coordinator triggered, else a new
+        one (acks of older attempts stop counting); 2. read the checkpoint once: barrier,
+        trigger time, expected tasks, the state to restore.
 
         Raises:
             CheckpointNotFound: ``cid`` is not pending, or the state it continues from is gone.
         """
-        # Step 1: the attempt. Its marker is all that changes, so one listing serves both
-        # steps: for a checkpoint this coordinator triggered, the listing its trigger took
-        # after writing ``_pending`` (the base, restore and barrier were fixed then; a racing
-        # attempt only makes ``begin_attempt`` take the next number), else a new one.
-        view = self._triggered.pop(cid, None) or self.view()
-        attempt = self.begin_attempt(cid, view)
+        # Step 1: one listing serves both steps. For a checkpoint this coordinator
+        # triggered, the listing its trigger took after writing ``_pending`` (the base,
+        # restore and barrier were fixed then), and attempt 1, which is the trigger's: no
+        # marker to write, since only the writer of ``_pending`` holds that number and every
+        # other run takes 2 or more. Else a new listing and a new attempt's marker.
+        triggered = self._triggered.pop(cid, None)
+        if triggered is not None:
+            view, attempt = triggered, 1
+        else:
+            view = self.view()
+            attempt = self.begin_attempt(cid, view)
         # Step 2: one read of everything the epoch needs.
-        return epoch_plan(
+        plan = epoch_plan(
             view,
             cid,
             attempt,
@@ -428,6 +443,8 @@ class CheckpointCoordinator:
             mode=self.config.mode,
             max_parallelism=self.config.max_parallelism,
         )
+        self._planned[cid] = [self.layout.ack(cid, attempt, task) for task in sorted(plan.expected)]
+        return plan
 
     # ---- acks -----------------------------------------------------------------------
 
@@ -628,6 +645,7 @@ class CheckpointCoordinator:
                 f"{', '.join(sorted(map(str, pending.missing)))}"
             )
         # Step 2: claim the outcome (if n was aborted meanwhile, nothing else changes).
+        self._planned.pop(cid, None)
         claim = OutcomeRecord.completed_by(pending.attempt, self.now_ms(), self.token)
         written = self._write_once(self.layout.outcome(cid), claim, encode(claim))
         if written is not WriteOutcome.OK:
@@ -673,21 +691,43 @@ class CheckpointCoordinator:
         move back; I1); 2. mark notified; 3. apply retention, which also deletes the files
         of checkpoint ``cid`` that nothing references (its acks, now inside ``_metadata``,
         and other attempts' files: ``enforce_retention`` step 3).
+
+        One listing serves steps 1 and 3. It is sent with the read of ``_restore`` that
+        retention needs and, when this coordinator wrote or read ``cid``'s ``_metadata``
+        (the commit point: ``cid`` is completed), while the sinks publish: three round trips
+        of an epoch's path become one.
         """
-        view = self.view()
+        listing = started(partial(scan, self.store, self.layout, self.records))
+        restore = started(partial(read, self.store, self.layout.restore, RestoreMarker))
+        known = self.records.get(self.layout.metadata(cid), lambda: None)
+        # Step 0, at once with the listing when ``cid`` is known to be completed.
+        published = False
+        try:
+            if commit_sinks is not None and isinstance(known, CheckpointMetadata):
+                commit_sinks(known)
+                published = True
+        finally:
+            wait([listing])
+            wait([restore])
+        view = listing.result()
+        view.remember_marker(self.layout.restore, restore.result())
         record = view.records.get(cid)
         if record is None or record.status is not CheckpointStatus.COMPLETED:
             raise CheckpointNotFound(
                 f"checkpoint {cid} of {self.config.pipeline!r} is not completed"
             )
         meta = view.metadata(cid)
-        # Step 0: publish the sinks' staged output (idempotent per pipeline, uid, epoch).
-        if commit_sinks is not None:
+        if commit_sinks is not None and not published:
             commit_sinks(meta)
         # Step 1: group offsets.
         if commit_offsets is not None and view.latest_completed == cid:
             commit_offsets(meta.offsets)
         # Step 2: mark notified (before retention, which may drop ``cid`` itself).
-        self.store.put(self.layout.notified(cid), encode(NotifiedRecord(self.now_ms())))
-        # Step 3: retention, and the leftovers of ``cid``.
-        enforce_retention(self.store, self.layout, self.config.retained, self.records)
+        notified = self.layout.notified(cid)
+        self.store.put(notified, encode(NotifiedRecord(self.now_ms())))
+        if notified not in record.keys:
+            record.keys.append(notified)  # the listing shows this write: retention may drop it
+        record.notified = True
+        # Step 3: retention, and the leftovers of ``cid``, on the listing taken after
+        # ``cid`` completed (``enforce_retention`` says why that is safe).
+        enforce_retention(self.store, self.layout, self.config.retained, self.records, view)

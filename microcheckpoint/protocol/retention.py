@@ -113,7 +113,11 @@ def claimed_folder(view: PipelineView, retained: int, refs: Counter[str]) -> str
 
 
 def enforce_retention(
-    store: ObjectStore, layout: Layout, retained: int, cache: RecordCache | None = None
+    store: ObjectStore,
+    layout: Layout,
+    retained: int,
+    cache: RecordCache | None = None,
+    view: PipelineView | None = None,
 ) -> list[CheckpointId]:
     """Drop completed checkpoints beyond the newest ``retained`` and old aborted ones.
 
@@ -124,8 +128,15 @@ def enforce_retention(
     nothing references (other attempts' state, acks folded into ``_metadata``, a zombie's
     late writes); 4. delete a savepoint restored with ``CLAIM`` once nothing needs it
     (``claimed_folder``): its ``_metadata`` first, then its files. Returns the ids dropped.
+
+    ``view``: a listing to decide on (notify's, taken after its checkpoint completed); by
+    default retention lists. Any listing is older than the deletes that follow it, so what
+    makes an older one safe is the same: a checkpoint it does not show was triggered after
+    it, from the newest completed checkpoint it shows or a newer one, which stay kept, and
+    keeps its files in a folder it does not show either; one it shows as pending keeps its
+    base and every file its acks name, whatever it became since.
     """
-    view = scan(store, layout, cache)
+    view = view or scan(store, layout, cache)
     # Step 1: what stays and what it references.
     kept, refs = reference_counts(view, retained)
     oldest_kept = min(kept) if kept else None

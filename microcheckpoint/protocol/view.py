@@ -9,7 +9,8 @@ that crashes and restarts (a new Airflow task) sees exactly what the old one lef
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
@@ -32,7 +33,7 @@ from microcheckpoint.protocol.records import (
     decode_metadata,
     read,
 )
-from microcheckpoint.storage.port import ObjectStore, each
+from microcheckpoint.storage.port import ObjectStore, each, started
 
 __all__ = ["CheckpointRecord", "CheckpointStatus", "PipelineView", "RecordCache", "scan"]
 
@@ -60,6 +61,10 @@ class RecordCache:
         if record is not None:
             self._records[key] = record
         return record
+
+    def has(self, key: str) -> bool:
+        """Whether the record under ``key`` was read or written already."""
+        return key in self._records
 
     def put(self, key: str, record: object) -> None:
         """Remember a record this process wrote (put-if-absent succeeded)."""
@@ -199,6 +204,11 @@ class PipelineView:
             self._markers[key] = read(self.store, key, cls)
         return self._markers[key]  # type: ignore[no-any-return]
 
+    def remember_marker(self, key: str, value: object) -> None:
+        """Take ``value`` as the marker under ``key``, read by the caller while this view
+        was listed (``marker`` then does not read it)."""
+        self._markers[key] = value
+
     def prefetch(self) -> PipelineView:
         """Read at once what a trigger decides on: the four markers and the head's
         ``_metadata`` (its start offsets), each a round trip that depends on no other."""
@@ -216,12 +226,35 @@ class PipelineView:
         return self
 
 
-def scan(store: ObjectStore, layout: Layout, cache: RecordCache | None = None) -> PipelineView:
+def scan(
+    store: ObjectStore,
+    layout: Layout,
+    cache: RecordCache | None = None,
+    *,
+    acks: Iterable[str] = (),
+) -> PipelineView:
     """List ``<pipeline>/chk-*`` once and derive every checkpoint's status (reading what
-    ``cache`` does not hold yet)."""
+    ``cache`` does not hold yet).
+
+    ``acks``: keys of acks the caller expects to find (the tasks of an attempt it ran),
+    read into ``cache`` while the listing runs rather than after it, so a completion
+    costs one round trip where it cost two. A key that is not there yet is read again if
+    the listing shows it. Not for a caller on the ``each`` pool (it waits for the pool).
+    """
     cache = cache or RecordCache()
+    reads = [
+        started(partial(cache.get, key, partial(read, store, key, Ack)))
+        for key in acks
+        if not cache.has(key)
+    ]
+    try:
+        listed = list(store.list(layout.root + "chk-"))
+    finally:
+        wait(reads)
+    for future in reads:
+        future.result()
     by_id: dict[CheckpointId, list[str]] = {}
-    for key in store.list(layout.root + "chk-"):
+    for key in listed:
         folder = key[len(layout.root) :].split("/", 1)[0]
         cid = CheckpointId.parse_dirname(folder)
         if cid is not None:

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
@@ -38,6 +38,7 @@ __all__ = [
     "StoredObject",
     "WriteOutcome",
     "each",
+    "started",
     "swap",
     "write_once",
 ]
@@ -79,6 +80,13 @@ def each(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     futures = [_pool().submit(fn, item) for item in work]
     wait(futures)
     return [future.result() for future in futures]
+
+
+def started(fn: Callable[[], R]) -> Future[R]:
+    """``fn()`` begun now on the pool ``each`` uses, for a request that overlaps the
+    caller's own (a listing sent while a sink publishes); ``.result()`` waits for it.
+    Not for calls that use ``each`` themselves (see ``each``)."""
+    return _pool().submit(fn)
 
 
 class WriteOutcome(Enum):

@@ -7,6 +7,7 @@ S3 request budget", has the same counts measured on SeaweedFS through the bench)
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -123,11 +124,102 @@ def test_an_epoch_reads_each_record_once_and_nothing_it_wrote(h) -> None:
     store, plan = second_epoch_logged(h, 3)
     gets = Counter(key for op, key in store.log if op == "GET")
     # Write-once records once; the restore marker, which a restore replaces, fresh for the
-    # trigger and again for retention (what it keeps).
+    # trigger and again for notify's retention (what it keeps).
     assert {key: n for key, n in gets.items() if n > 1} == {h.layout.restore: 2}
     written = {key for op, key in store.log if op == "PUT_IF_ABSENT" and "/acks/" not in key}
     assert written & set(gets) == set()
-    # The trigger's listing after writing _pending serves the plan: 5 listings (start, the
-    # trigger's race check, complete, notify, retention).
-    assert plan.attempt == 2
-    assert store.kinds()["LIST"] == 5
+    # The trigger's listing after writing _pending serves the plan, whose attempt is the
+    # trigger's (no marker), and notify's listing serves retention: 4 listings (start, the
+    # trigger's race check, complete, notify).
+    assert plan.attempt == 1
+    assert not [key for key in written if "_attempt" in key]
+    assert store.kinds()["LIST"] == 4
+
+
+class ListsWhile(Recording):
+    """A recording store whose listings wait (``patience``, 5 s) for a GET of a key containing
+    ``needle`` to begin, and note whether one did: a step that sends those reads only
+    after its listing returns makes ``overlapped`` False."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.needle: str | None = None
+        self.began = threading.Event()
+        self.overlapped: list[bool] = []
+        self.patience = 5.0
+
+    def get(self, key: str) -> StoredObject | None:
+        if self.needle is not None and self.needle in key:
+            self.began.set()
+        return super().get(key)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        if self.needle is not None:
+            self.overlapped.append(self.began.wait(self.patience))
+        return super().list(prefix)
+
+    def expect(self, needle: str) -> None:
+        self.log.clear()
+        self.overlapped.clear()
+        self.began.clear()
+        self.needle = needle
+
+
+def test_completion_reads_the_acks_of_its_attempt_while_it_lists(h) -> None:
+    store = h.store = ListsWhile(h.store.url)
+    coord = h.coordinator()
+    cid = coord.trigger(tasks(2), {TP0: 5}, h.startup({TP0: 0})).checkpoint_id
+    plan = coord.plan(cid)
+    for task in tasks(2):
+        record_ack(store, h.layout, cid, Ack(task, plan.attempt, (), {}, 5))
+    store.expect("/acks/")
+    coord.complete(cid)
+    # One listing, during which every ack was read, and no ack read again after it.
+    assert store.overlapped == [True]
+    acks = [key for op, key in store.log if op == "GET" and "/acks/" in key]
+    assert sorted(acks) == sorted(h.layout.ack(cid, 1, t) for t in tasks(2))
+
+
+def _completed(h, coord, store, end: int) -> CheckpointId:
+    cid = coord.trigger(tasks(1), {TP0: end}, h.startup({TP0: 0})).checkpoint_id
+    plan = coord.plan(cid)
+    for task in tasks(1):
+        record_ack(store, h.layout, cid, Ack(task, plan.attempt, (), {}, 5))
+    coord.complete(cid)
+    return cid
+
+
+def test_notify_lists_with_the_read_of_restore_and_retention_lists_no_more(h) -> None:
+    store = h.store = ListsWhile(h.store.url)
+    coord = h.coordinator(retained=1)
+    for end in (5, 9):
+        cid = _completed(h, coord, store, end)
+        store.expect("_restore")
+        coord.notify(cid)
+        assert store.overlapped == [True]
+        assert store.kinds()["LIST"] == 1
+    # Retention on notify's listing dropped checkpoint 1 whole, its _notified included.
+    assert [k for k in store.list(h.layout.root) if "chk-0000000001" in k] == []
+
+
+def test_notify_lists_while_the_sinks_publish_what_it_completed(h) -> None:
+    store = h.store = ListsWhile(h.store.url)
+    coord = h.coordinator()
+    cid = _completed(h, coord, store, 5)
+    store.expect("staged-part")
+    published: list[int] = []
+
+    def publish(meta) -> None:
+        published.append(meta.checkpoint_id.value)
+        h.store.get("pipe/sink/staged-part")  # what a sink reads first
+
+    coord.notify(cid, commit_sinks=publish)
+    assert published == [cid.value]
+    assert store.overlapped == [True]
+    # A coordinator that did not complete the checkpoint lists first, then publishes.
+    other = h.store = ListsWhile(h.store.url)
+    other.patience = 0.3
+    other.expect("staged-part")
+    h.coordinator().notify(cid, commit_sinks=publish)
+    assert published == [cid.value] * 2
+    assert other.overlapped == [False]
