@@ -472,6 +472,7 @@ def _complete(coord: CheckpointCoordinator, cid: CheckpointId) -> dict[str, Any]
     metrics.checkpoint_completed(coord.config.pipeline, meta.statistics, meta.barrier.record_count)
     return {
         "checkpoint": meta.checkpoint_id.value,
+        "attempt": meta.attempt,  # the attempt whose acks completed it
         "duration_ms": meta.duration_ms,
         "records": meta.barrier.record_count,
         "offsets": {str(tp): o for tp, o in sorted(meta.offsets.items())},

@@ -83,7 +83,9 @@ def run_cycle(
         faults.point("after_metadata")
         # Step 5: notify (sinks publish, group offsets, retention).
         coordinator.notify(cid, group_committer(offsets, config), publish)
-    return EpochResult(cid, result.attempt, result.records, result.outputs, meta)
+    # The attempt that completed: another run's, when a racing re-run of the same epoch had
+    # every ack in first (its own run then fails to claim the checkpoint).
+    return EpochResult(cid, meta.attempt, result.records, result.outputs, meta)
 
 
 def stage_runtime(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +78,7 @@ from microcheckpoint.sinks.base import Sink
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import BLAKE2B, SCHEME_FIELD, SPARK_HASH, owned_key_groups
-from microcheckpoint.storage.port import ObjectStore, each
+from microcheckpoint.storage.port import ObjectStore, each, started
 
 __all__ = ["EpochResult", "expected_tasks", "run_epoch", "source_schema"]
 
@@ -420,6 +421,28 @@ def _idle(pipeline: Pipeline, plan: EpochPlan) -> bool:
     )
 
 
+def _source_ack(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, marks: Any | None) -> None:
+    """The source's ack of ``plan``'s attempt: the barrier's ends, and the epoch's
+    watermarks when its source has event time."""
+    timer = AckTimer()
+    offsets = {str(tp): end for tp, end in plan.barrier.ends.items()}
+    handles = []
+    if marks is not None:
+        handles.append(
+            store_watermarks(
+                store,
+                pipeline.name,
+                plan.checkpoint_id,
+                plan.attempt,
+                pipeline.source.uid,
+                marks[1],
+                plan.trigger_time_ms,
+            )
+        )
+    source_ack = timer.ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, handles, offsets)
+    record_ack(store, Layout(pipeline.name), plan.checkpoint_id, source_ack)
+
+
 def run_epoch(
     spark: Any,
     pipeline: Pipeline,
@@ -434,7 +457,8 @@ def run_epoch(
     """Process one attempt of a checkpoint, as ``plan`` says, in one Spark job; every task acks.
 
     Steps: 1. the source (or, for an idle epoch, the acks of unchanged state, and done);
-    2. the stages; 3. the actions: each sink's parts, then the outputs; 4. the source's ack.
+    2. the source's ack, sent now (the rest does not wait for it); 3. the stages; 4. the
+    actions: each sink's parts, then the outputs.
     """
     faults = faults or Faults.from_env()
     options = dict(store_options or {})
@@ -455,7 +479,12 @@ def run_epoch(
         df = df.persist()  # read once: for the event times, then for the stages
         cached.append(df)
     marks = epoch_watermarks(pipeline, plan, store, df, bootstrap)
-    # Step 2: the stages. ``in_place``: partition i of ``df`` is keyed subtask i's output.
+    # Step 2, sent now and waited for after step 4: the source's ack. Its operator state is
+    # the barrier's ends (its sync part: taking them), fixed before any record is read, as
+    # a Flink source snapshots its offsets when it emits the barrier. Completion waits for
+    # every task's ack, so an ack before the job's end completes nothing by itself.
+    source_ack = started(functools.partial(_source_ack, pipeline, plan, store, marks))
+    # Step 3: the stages. ``in_place``: partition i of ``df`` is keyed subtask i's output.
     stages = pipeline.stages if df is not None else []
     in_place = False
     for i, stage in enumerate(stages):
@@ -516,34 +545,20 @@ def run_epoch(
         else:
             df = stage(df)
             in_place = False
-    # Step 3: the actions.
+    # Step 4: the actions.
     outputs: list[dict[str, Any]] | None = [] if collect else None
-    if df is not None:
-        for parts in staged:
-            parts.collect()
-        if collect:
-            outputs = [r.asDict(recursive=True) for r in df.collect()]
-        elif not (pipeline.stages and isinstance(pipeline.stages[-1], Sink)):
-            df.count()
-        for frame in cached:
-            frame.unpersist()
-    faults.slow(pipeline.name)
-    # Step 4: the source's operator state is the barrier's ends (its sync part: taking them).
-    timer = AckTimer()
-    offsets = {str(tp): end for tp, end in plan.barrier.ends.items()}
-    handles = []
-    if marks is not None:
-        handles.append(
-            store_watermarks(
-                store,
-                pipeline.name,
-                plan.checkpoint_id,
-                plan.attempt,
-                pipeline.source.uid,
-                marks[1],
-                plan.trigger_time_ms,
-            )
-        )
-    source_ack = timer.ack(TaskId.of(pipeline.source.uid, 0), plan.attempt, handles, offsets)
-    record_ack(store, Layout(pipeline.name), plan.checkpoint_id, source_ack)
+    try:
+        if df is not None:
+            for parts in staged:
+                parts.collect()
+            if collect:
+                outputs = [r.asDict(recursive=True) for r in df.collect()]
+            elif not (pipeline.stages and isinstance(pipeline.stages[-1], Sink)):
+                df.count()
+            for frame in cached:
+                frame.unpersist()
+        faults.slow(pipeline.name)
+    finally:
+        wait([source_ack])
+    source_ack.result()
     return EpochResult(plan.checkpoint_id, plan.attempt, plan.barrier.record_count, outputs)

@@ -278,9 +278,8 @@ class CheckpointCoordinator:
         partitions); 4. plan the barrier; 5. allocate n with put-if-absent of
         ``_pending``, which holds the barrier (one atomic write: no checkpoint exists
         without its barrier); 6. if a racing trigger took the concurrency slot first,
-        abort n as TRIGGER_REFUSED. The run that triggered n processes it as attempt 1
-        (``plan``); every other processing run begins its own attempt (``begin_attempt``:
-        2, 3, ...), so a re-run never mixes with an earlier run's acks.
+        abort n as TRIGGER_REFUSED. Every processing run then begins its own attempt
+        (``begin_attempt``: 2, 3, ...), so a re-run never mixes with an earlier run's acks.
 
         Args:
             expected: every operator subtask that must ack.
@@ -414,26 +413,20 @@ class CheckpointCoordinator:
             attempt += 1
 
     def plan(self, cid: CheckpointId) -> EpochPlan:
-        """Begin an attempt of pending checkpoint ``cid`` and hand the engine its plan.
+        """Begin a new attempt of pending checkpoint ``cid`` and hand the engine its plan.
 
-        Steps: 1. the attempt: 1 for the checkpoint this coordinator triggered, else a new
-        one (acks of older attempts stop counting); 2. read the checkpoint once: barrier,
-        trigger time, expected tasks, the state to restore.
+        Steps: 1. begin the attempt (acks of older attempts stop counting); 2. read the
+        checkpoint once: barrier, trigger time, expected tasks, the state to restore.
 
         Raises:
             CheckpointNotFound: ``cid`` is not pending, or the state it continues from is gone.
         """
-        # Step 1: one listing serves both steps. For a checkpoint this coordinator
-        # triggered, the listing its trigger took after writing ``_pending`` (the base,
-        # restore and barrier were fixed then), and attempt 1, which is the trigger's: no
-        # marker to write, since only the writer of ``_pending`` holds that number and every
-        # other run takes 2 or more. Else a new listing and a new attempt's marker.
-        triggered = self._triggered.pop(cid, None)
-        if triggered is not None:
-            view, attempt = triggered, 1
-        else:
-            view = self.view()
-            attempt = self.begin_attempt(cid, view)
+        # Step 1: the attempt. Its marker is all that changes, so one listing serves both
+        # steps: for a checkpoint this coordinator triggered, the listing its trigger took
+        # after writing ``_pending`` (the base, restore and barrier were fixed then; a racing
+        # attempt only makes ``begin_attempt`` take the next number), else a new one.
+        view = self._triggered.pop(cid, None) or self.view()
+        attempt = self.begin_attempt(cid, view)
         # Step 2: one read of everything the epoch needs.
         plan = epoch_plan(
             view,

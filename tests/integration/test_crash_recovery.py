@@ -357,11 +357,12 @@ def test_a_killed_epoch_recovers_exactly_once(
         if crash_at == "after_acks":
             assert not pending.missing, pending.missing  # every task acked
         elif crash_at == "after_snapshot":
-            assert source in pending.missing  # the driver died before the source acked
             assert {t for t in pending.missing if t.uid.value == OPERATOR}
             assert any("/state/" in k for k in record.keys)  # a snapshot was written
         else:  # reading
-            assert pending.missing == pending.expected  # nobody got to ack
+            # No task that reads got to ack; the source's ack is sent when the job starts
+            # (its state is the barrier's ends), so it may be there.
+            assert pending.missing in (pending.expected, pending.expected - {source})
     # Restoring now gives the state as of the latest completed checkpoint (I4).
     assert_state_is_fold(store, produced, view, topic)
 

@@ -661,7 +661,9 @@ def test_an_aggregate_reads_only_its_columns_and_every_value_is_still_checked(
     with pytest.raises(Exception, match=f"offset {bad[0][1]} of topic '{topic}' partition 1"):
         run_cycle(spark, pipeline, config, store, bootstrap=kafka_bootstrap, parallelism=2)
     assert read_keyed_state(store, name, "sum-by-n") == truth
-    assert not [k for k in set(store.list(f"{name}/")) - set(before) if "/acks/" in k]
+    # No task that reads acked (the source's ack, sent when the job starts, may be there).
+    acked = [k for k in set(store.list(f"{name}/")) - set(before) if "/acks/" in k]
+    assert [k for k in acked if not k.endswith(f"{name}-source#0.json")] == []
 
 
 # ---- restore from a savepoint ----------------------------------------------------------------

@@ -3,8 +3,8 @@
 Runs the bench's own ``count_epochs`` (the word count with keyed state and an exactly-once
 S3 sink, every request through the logging fault proxy) on one partition at parallelism 2,
 and asserts the second epoch's requests, which the protocol fixes: one put-if-absent each
-of ``_pending``, ``_outcome`` and ``_metadata`` (the run that triggers processes attempt 1,
-which has no marker), one per task's ack, the scans' LISTs, retention's deletes. Only the GETs of state files depend on which Python
+of ``_pending``, ``_attempt``, ``_outcome`` and ``_metadata``, one per task's ack, the
+scans' LISTs, retention's deletes. Only the GETs of state files depend on which Python
 worker's cache a subtask lands in, so they are left out of the exact GET count.
 """
 
@@ -22,6 +22,7 @@ STATE_GET = ("state file (keyed snapshot)", "GET")
 # in docs/operations.md ("The S3 request budget").
 EXPECTED = {
     ("_pending (barrier n, put-if-absent)", "conditional PUT"): 1,
+    ("_attempt marker", "conditional PUT"): 1,
     ("ack (one per task, put-if-absent)", "conditional PUT"): 5,  # source, 2 keyed, 2 sink
     ("_outcome (COMPLETED claim)", "conditional PUT"): 1,
     ("_metadata (the commit point)", "conditional PUT"): 1,
@@ -49,6 +50,7 @@ EXPECTED = {
     ("_metadata (the commit point)", "DELETE"): 1,
     ("_outcome (COMPLETED claim)", "DELETE"): 1,
     ("_notified", "DELETE"): 1,
+    ("_attempt marker", "DELETE"): 1,
     ("sink staged part", "DELETE"): 2,
     ("ack (one per task, put-if-absent)", "DELETE"): 5,
 }
@@ -68,18 +70,18 @@ def test_a_steady_state_epoch_makes_exactly_the_budgeted_requests(
     assert dict(purposes) == EXPECTED
     assert {k: kinds[k] for k in KINDS} == {
         "PUT": 7,
-        "conditional PUT": 9,
+        "conditional PUT": 10,
         "GET": 14 + state_gets,
         "HEAD": 0,
         "LIST": 4,
-        "DELETE": 11,
+        "DELETE": 12,
     }
     # Each keyed subtask reads at most its chain (epoch 1's delta of each subtask).
     assert 0 <= state_gets <= 2
-    # The critical path, at most: the driver's 37 requests (it sends some at once: the
+    # The critical path, at most: the driver's 39 requests (it sends some at once: the
     # markers, the acks it reads, retention's deletes), then the longest
     # keyed task (PUT delta, put-if-absent ack, and a GET of its chain when its worker's
     # cache lacks it), then the longest sink task (PUT staged part, ack).
-    assert second.driver() == 37
-    assert second.critical() == 37 + (2 + (1 if state_gets else 0)) + 2
+    assert second.driver() == 39
+    assert second.critical() == 39 + (2 + (1 if state_gets else 0)) + 2
     assert second.sequential() <= len(second.records)

@@ -354,8 +354,10 @@ def test_spark_submit_on_the_cluster_survives_a_driver_kill_exactly_once(
     crashed_attempt = view.records[chk1].attempt
     assert view.records[chk1].status is CheckpointStatus.PENDING and not view.completed
     pending = coordinator(store).load_pending(chk1, view)
-    assert pending.missing == pending.expected  # nobody acked
-    assert TaskId.of("src", 0) in pending.missing
+    # No task that reads acked; the source's ack is sent when the job starts (its state is
+    # the barrier's ends), so it may be there.
+    source = TaskId.of("src", 0)  # cluster_pipeline.py
+    assert pending.missing in (pending.expected, pending.expected - {source})
     assert committed(kafka, tps) == {tp: None for tp in tps}
     with pytest.raises(CheckpointNotFound):  # no state to restore: nothing completed
         read_keyed_state(store, PIPELINE, OPERATOR)

@@ -8,9 +8,11 @@ every job a ``spark_jobs/run_epoch.py`` client of the session's Spark Connect se
 2. the next cycle is killed at ``reading``: checkpoint 2 stays pending (its attempt k);
 3. two cycles start at once. Both see checkpoint 2 pending and re-run it, as attempts k+1
    and k+2 (``begin_attempt``: put-if-absent ``_attempt-<k>``). Each job holds at the slow
-   point (after its keyed subtasks acked, before the source's ack) for a few seconds of
-   its own, so both attempts are surely in flight together. Exactly one job completes
-   checkpoint 2; the other fails, writing no ``_outcome`` or ``_metadata``;
+   point (after its tasks acked, before it completes) for a few seconds of its own, so
+   both attempts are surely in flight together. Exactly one job completes checkpoint 2,
+   with the acks of one attempt (the current one, k+2, when both had acked: possibly the
+   other job's), and reports that attempt; the other fails, writing no ``_outcome`` or
+   ``_metadata``;
 4. the killed attempt and the loser come back late: their acks are DISCARDED, a commit
    conflicts, a zombie notifier publishes nothing again, and storage does not change but
    for the late acks retention deletes;

@@ -240,6 +240,7 @@ def test_complete_writes_metadata_and_returns_the_summary(env: Env) -> None:
     assert meta.duration_ms >= 0
     assert result == {
         "checkpoint": 1,
+        "attempt": 1,  # the trigger's: nothing began another, and these acks are its
         "duration_ms": meta.duration_ms,
         "records": 15,
         "offsets": {"events:0": 10, "events:1": 5},

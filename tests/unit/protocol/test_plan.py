@@ -5,24 +5,20 @@ from __future__ import annotations
 import pytest
 
 from microcheckpoint.config import CheckpointingMode
-from microcheckpoint.errors import AcksMissing, CheckpointNotFound, InvalidValue
+from microcheckpoint.errors import CheckpointNotFound, InvalidValue
 from microcheckpoint.protocol import savepoints
-from microcheckpoint.protocol.coordinator import record_ack
-from microcheckpoint.protocol.records import Ack
 from microcheckpoint.protocol.barrier import Barrier, OffsetRange
 from microcheckpoint.protocol.schemes import BLAKE2B, SCHEME_FIELD, SPARK_HASH, scheme_of
 from microcheckpoint.state.handles import StateHandle
 from tests.unit.protocol.helpers import AGG, C1, C2, SRC, TASKS, TP0, TP1, ack_all, start
 
 
-def test_the_triggering_run_plans_attempt_1_of_the_barrier_with_nothing_to_restore(h) -> None:
+def test_the_first_plan_is_attempt_2_of_the_barrier_with_nothing_to_restore(h) -> None:
     coord = h.coordinator(max_parallelism=16)
     start(h, coord, {TP0: 10, TP1: 4})
     plan = coord.plan(C1)
     assert plan.checkpoint_id == C1
-    # Attempt 1 is the trigger's: the run that wrote _pending holds it, and writes no marker.
-    assert plan.attempt == 1
-    assert not [k for k in h.store.list(h.layout.chk(C1)) if "_attempt" in k]
+    assert plan.attempt == 2
     assert plan.barrier == Barrier({TP0: OffsetRange(0, 10), TP1: OffsetRange(0, 4)})
     assert plan.trigger_time_ms == 1_000_000
     assert plan.expected == frozenset(TASKS)
@@ -34,26 +30,9 @@ def test_the_triggering_run_plans_attempt_1_of_the_barrier_with_nothing_to_resto
         "pipe",
     )
     # A second plan (this coordinator's, or another task's) is a new attempt of the same
-    # checkpoint, fenced by its marker.
-    assert coord.plan(C1).attempt == 2
-    assert h.coordinator(max_parallelism=16).plan(C1).attempt == 3
-    assert h.coordinator(max_parallelism=16).view().records[C1].attempt == 3
-
-
-def test_a_run_that_did_not_trigger_takes_attempt_2_and_fences_attempt_1(h) -> None:
-    coord = h.coordinator()
-    start(h, coord, {TP0: 10})
-    triggering = coord.plan(C1)
-    other = h.coordinator().plan(C1)
-    assert (triggering.attempt, other.attempt) == (1, 2)
-    # The triggering run's tasks still ack (they put-if-absent, as Spark tasks do), but
-    # their acks no longer count: completion waits for attempt 2's.
-    for task in TASKS:
-        record_ack(h.store, h.layout, C1, Ack(task, 1, (), {}, 5))
-    with pytest.raises(AcksMissing):
-        coord.complete(C1)
-    ack_all(h, coord, C1, attempt=2)
-    assert coord.complete(C1).attempt == 2
+    # checkpoint.
+    assert coord.plan(C1).attempt == 3
+    assert h.coordinator(max_parallelism=16).plan(C1).attempt == 4
 
 
 def test_the_plan_restores_the_state_of_the_completed_base(h) -> None:

@@ -128,11 +128,9 @@ def test_an_epoch_reads_each_record_once_and_nothing_it_wrote(h) -> None:
     assert {key: n for key, n in gets.items() if n > 1} == {h.layout.restore: 2}
     written = {key for op, key in store.log if op == "PUT_IF_ABSENT" and "/acks/" not in key}
     assert written & set(gets) == set()
-    # The trigger's listing after writing _pending serves the plan, whose attempt is the
-    # trigger's (no marker), and notify's listing serves retention: 4 listings (start, the
-    # trigger's race check, complete, notify).
-    assert plan.attempt == 1
-    assert not [key for key in written if "_attempt" in key]
+    # The trigger's listing after writing _pending serves the plan, and notify's serves
+    # retention: 4 listings (start, the trigger's race check, complete, notify).
+    assert plan.attempt == 2
     assert store.kinds()["LIST"] == 4
 
 
@@ -177,7 +175,7 @@ def test_completion_reads_the_acks_of_its_attempt_while_it_lists(h) -> None:
     # One listing, during which every ack was read, and no ack read again after it.
     assert store.overlapped == [True]
     acks = [key for op, key in store.log if op == "GET" and "/acks/" in key]
-    assert sorted(acks) == sorted(h.layout.ack(cid, 1, t) for t in tasks(2))
+    assert sorted(acks) == sorted(h.layout.ack(cid, plan.attempt, t) for t in tasks(2))
 
 
 def _completed(h, coord, store, end: int) -> CheckpointId:
