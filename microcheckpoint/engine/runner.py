@@ -484,70 +484,70 @@ def run_epoch(
     # a Flink source snapshots its offsets when it emits the barrier. Completion waits for
     # every task's ack, so an ack before the job's end completes nothing by itself.
     source_ack = started(functools.partial(_source_ack, pipeline, plan, store, marks))
-    # Step 3: the stages. ``in_place``: partition i of ``df`` is keyed subtask i's output.
-    stages = pipeline.stages if df is not None else []
-    in_place = False
-    for i, stage in enumerate(stages):
-        last = i == len(stages) - 1
-        if isinstance(stage, Sink):
-            if collect or not last:
-                df = df.persist()  # read again: by the next stages or for the outputs
-                cached.append(df)
-            ctx = SinkContext(
-                store.url,
-                options,
-                pipeline.name,
-                plan.checkpoint_id.value,
-                plan.attempt,
-                plan.mode.value,
-            )
-            staged.append(_sink_stage(spark, df, stage, ctx, parallelism, in_place))
-        elif isinstance(stage, KeyedOperator):
-            stored = stage.aggregate is not None or stage.uid in plan.key_groups
-            key_type = None if stored else _key_type(df, stage.key)
-            op_ctx = OperatorContext(
-                store_url=store.url,
-                store_options=options,
-                pipeline=pipeline.name,
-                checkpoint_id=plan.checkpoint_id.value,
-                attempt=plan.attempt,
-                uid=stage.uid,
-                key=stage.key,
-                max_parallelism=plan.max_parallelism,
-                parallelism=parallelism,
-                backend=stage.state_backend,
-                trigger_time_ms=plan.trigger_time_ms,
-                output_schema=_arrow_schema(spark, stage.output_schema),
-                ttl_ms=None if stage.state_ttl_s is None else int(stage.state_ttl_s * 1000),
-                full_snapshot=plan.full_snapshot,
-                restore=tuple(plan.restore.get(stage.uid, ())),
-                faults=faults,
-                aggregate=None if stage.aggregate is None else stage.aggregate.kind,
-                output_column="total" if stage.aggregate is None else stage.aggregate.output,
-                key_groups=key_group_scheme(plan, stage, key_type),
-                **operator_event_options(pipeline, stage, marks, df),
-            )
-            df, in_place = _keyed(spark, df, stage, op_ctx)
-            if not last and not isinstance(stages[i + 1], Sink):
-                # Run it once now: its state and acks must not depend on what later
-                # stages let Spark prune or compute twice. A sink next reads every row
-                # of every subtask in its own job (persisted when read again), so that
-                # job runs this stage once: one Spark job, not two.
-                df = df.persist()
-                df.count()
-                cached.append(df)
-        elif isinstance(stage, PartitionOperator):  # operator state: engine/operator_stage.py
-            df = partition_stage(
-                spark, df, stage, plan, store, options, parallelism, faults, persist=not last
-            )
-            cached.append(df)
-            in_place = False
-        else:
-            df = stage(df)
-            in_place = False
-    # Step 4: the actions.
-    outputs: list[dict[str, Any]] | None = [] if collect else None
     try:
+        # Step 3: the stages. ``in_place``: partition i of ``df`` is keyed subtask i's output.
+        stages = pipeline.stages if df is not None else []
+        in_place = False
+        for i, stage in enumerate(stages):
+            last = i == len(stages) - 1
+            if isinstance(stage, Sink):
+                if collect or not last:
+                    df = df.persist()  # read again: by the next stages or for the outputs
+                    cached.append(df)
+                ctx = SinkContext(
+                    store.url,
+                    options,
+                    pipeline.name,
+                    plan.checkpoint_id.value,
+                    plan.attempt,
+                    plan.mode.value,
+                )
+                staged.append(_sink_stage(spark, df, stage, ctx, parallelism, in_place))
+            elif isinstance(stage, KeyedOperator):
+                stored = stage.aggregate is not None or stage.uid in plan.key_groups
+                key_type = None if stored else _key_type(df, stage.key)
+                op_ctx = OperatorContext(
+                    store_url=store.url,
+                    store_options=options,
+                    pipeline=pipeline.name,
+                    checkpoint_id=plan.checkpoint_id.value,
+                    attempt=plan.attempt,
+                    uid=stage.uid,
+                    key=stage.key,
+                    max_parallelism=plan.max_parallelism,
+                    parallelism=parallelism,
+                    backend=stage.state_backend,
+                    trigger_time_ms=plan.trigger_time_ms,
+                    output_schema=_arrow_schema(spark, stage.output_schema),
+                    ttl_ms=None if stage.state_ttl_s is None else int(stage.state_ttl_s * 1000),
+                    full_snapshot=plan.full_snapshot,
+                    restore=tuple(plan.restore.get(stage.uid, ())),
+                    faults=faults,
+                    aggregate=None if stage.aggregate is None else stage.aggregate.kind,
+                    output_column="total" if stage.aggregate is None else stage.aggregate.output,
+                    key_groups=key_group_scheme(plan, stage, key_type),
+                    **operator_event_options(pipeline, stage, marks, df),
+                )
+                df, in_place = _keyed(spark, df, stage, op_ctx)
+                if not last and not isinstance(stages[i + 1], Sink):
+                    # Run it once now: its state and acks must not depend on what later
+                    # stages let Spark prune or compute twice. A sink next reads every row
+                    # of every subtask in its own job (persisted when read again), so that
+                    # job runs this stage once: one Spark job, not two.
+                    df = df.persist()
+                    df.count()
+                    cached.append(df)
+            elif isinstance(stage, PartitionOperator):  # operator state: engine/operator_stage.py
+                df = partition_stage(
+                    spark, df, stage, plan, store, options, parallelism, faults, persist=not last
+                )
+                cached.append(df)
+                in_place = False
+            else:
+                df = stage(df)
+                in_place = False
+        # Step 4: the actions.
+        outputs: list[dict[str, Any]] | None = [] if collect else None
         if df is not None:
             for parts in staged:
                 parts.collect()
@@ -559,6 +559,6 @@ def run_epoch(
                 frame.unpersist()
         faults.slow(pipeline.name)
     finally:
-        wait([source_ack])
+        wait([source_ack])  # its error, if any, after the job's
     source_ack.result()
     return EpochResult(plan.checkpoint_id, plan.attempt, plan.barrier.record_count, outputs)

@@ -472,6 +472,7 @@ class CheckpointCoordinator:
 
     def abort(self, cid: CheckpointId, reason: AbortReason, detail: str = "") -> AbortOutcome:
         """Decide ABORTED for ``cid`` unless an outcome was decided already."""
+        self._planned.pop(cid, None)  # decided either way: its acks are not worth reading
         body = OutcomeRecord.aborted(reason, detail, self.now_ms(), self.token)
         if self._write_once(self.layout.outcome(cid), body, encode(body)) is WriteOutcome.OK:
             log.warning(
@@ -694,11 +695,13 @@ class CheckpointCoordinator:
         restore = started(partial(read, self.store, self.layout.restore, RestoreMarker))
         known = self.records.get(self.layout.metadata(cid), lambda: None)
         # Step 0, at once with the listing when ``cid`` is known to be completed.
-        published = False
+        published, failed = False, None
         try:
             if commit_sinks is not None and isinstance(known, CheckpointMetadata):
                 commit_sinks(known)
                 published = True
+        except Exception as exc:  # reported below: the listing may say why
+            failed = exc
         finally:
             wait([listing])
             wait([restore])
@@ -706,9 +709,13 @@ class CheckpointCoordinator:
         view.remember_marker(self.layout.restore, restore.result())
         record = view.records.get(cid)
         if record is None or record.status is not CheckpointStatus.COMPLETED:
+            # Dropped meanwhile by another run's retention (its newer checkpoints
+            # completed): a publish that failed on its deleted files failed for that.
             raise CheckpointNotFound(
                 f"checkpoint {cid} of {self.config.pipeline!r} is not completed"
-            )
+            ) from failed
+        if failed is not None:
+            raise failed
         meta = view.metadata(cid)
         if commit_sinks is not None and not published:
             commit_sinks(meta)

@@ -9,6 +9,7 @@ that crashes and restarts (a new Airflow task) sees exactly what the old one lef
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import wait
 from dataclasses import dataclass, field
@@ -226,6 +227,13 @@ class PipelineView:
         return self
 
 
+def _read_ahead(store: ObjectStore, cache: RecordCache, key: str) -> None:
+    """Read the ack under ``key`` into ``cache`` if it is there and reads. A failure is
+    left for the view to meet, if it needs the ack at all (it reads it again then)."""
+    with contextlib.suppress(Exception):  # a read ahead: the view's own read reports it
+        cache.get(key, partial(read, store, key, Ack))
+
+
 def scan(
     store: ObjectStore,
     layout: Layout,
@@ -239,20 +247,15 @@ def scan(
     ``acks``: keys of acks the caller expects to find (the tasks of an attempt it ran),
     read into ``cache`` while the listing runs rather than after it, so a completion
     costs one round trip where it cost two. A key that is not there yet is read again if
-    the listing shows it. Not for a caller on the ``each`` pool (it waits for the pool).
+    the listing shows it, and so is one whose read failed (the view reports that error
+    only if it needs the ack). Not for a caller on the ``each`` pool (it waits for it).
     """
     cache = cache or RecordCache()
-    reads = [
-        started(partial(cache.get, key, partial(read, store, key, Ack)))
-        for key in acks
-        if not cache.has(key)
-    ]
+    reads = [started(partial(_read_ahead, store, cache, key)) for key in acks if not cache.has(key)]
     try:
         listed = list(store.list(layout.root + "chk-"))
     finally:
         wait(reads)
-    for future in reads:
-        future.result()
     by_id: dict[CheckpointId, list[str]] = {}
     for key in listed:
         folder = key[len(layout.root) :].split("/", 1)[0]

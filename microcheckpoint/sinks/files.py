@@ -83,16 +83,15 @@ class FileSink(Sink):
     def commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
         """Publish epoch ``n``: part files first, the manifest last (put-if-absent).
 
-        Steps, 1 and 2 sent at once: 1. look for the manifest; 2. write every part file
-        under its deterministic name; 3. unless step 1 found the epoch published already
-        (a retried or zombie notify), write the manifest once.
-
-        Step 2 does not wait for step 1: a part written again when the epoch is published
-        changes nothing, since its name and bytes are the epoch's (``_metadata`` fixes the
-        staged rows), and no reader sees a part before a manifest lists it.
+        Steps: 1. an existing manifest means the epoch is published: stop; 2. write every
+        part file under its deterministic name; 3. write the manifest once.
         """
         base = self._base(epoch)
         manifest = f"{base}_manifests/epoch-{epoch.checkpoint_id:010d}.json"
+        # Step 1: already published (a retried or zombie notify).
+        if self.store.exists(manifest):
+            return
+        # Step 2: the data files (invisible until the manifest lists them).
         files = [
             {
                 "key": f"{base}epoch-{epoch.checkpoint_id:010d}/part-{i:05d}.{self.format}",
@@ -100,17 +99,11 @@ class FileSink(Sink):
             }
             for i, rows in enumerate(parts)
         ]
-
-        def send(i: int) -> bool:
-            if i < 0:
-                return self.store.exists(manifest)
-            self.store.put(files[i]["key"], _encode(parts[i], self.format))
-            return False
-
-        published = each(send, range(-1, len(files)))[0]  # independent: sent at once
+        each(
+            lambda fr: self.store.put(fr[0]["key"], _encode(fr[1], self.format)),
+            zip(files, parts, strict=True),
+        )  # the parts do not depend on each other: sent at once
         # Step 3: the commit point of the epoch's output.
-        if published:
-            return
         body = {
             "pipeline": epoch.pipeline,
             "uid": self.uid,

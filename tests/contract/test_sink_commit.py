@@ -97,32 +97,6 @@ class TestFileSink(SinkCommitContract):
     def published(self, sink: Sink) -> Counter:
         return Counter((r["k"], r["seq"]) for r in read_committed(self.target, PIPELINE, UID))
 
-    @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-    def test_a_repeated_commit_writes_the_same_bytes_under_the_same_names(
-        self, fmt: str, tmp_path: Path
-    ) -> None:
-        # A commit sends its parts with the look for the manifest, not after it: when the
-        # epoch is published already, its parts are written again, and must not change.
-        sink = FileSink(UID, self.target, format=fmt)
-        sink.open()
-        sink.commit(epoch(1), parts_of(1))
-        root = tmp_path / "out" / PIPELINE / UID
-
-        def files() -> dict[str, bytes]:
-            return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*.*")}
-
-        before = files()
-        assert sorted(before) == [
-            "_manifests/epoch-0000000001.json",
-            f"epoch-0000000001/part-00000.{fmt}",
-            f"epoch-0000000001/part-00001.{fmt}",
-        ]
-        again = FileSink(UID, self.target, format=fmt)
-        again.open()
-        again.commit(epoch(1), parts_of(1))
-        assert files() == before
-        assert self.published(again) == rows(1)
-
 
 class TestIcebergSink(SinkCommitContract):
     @pytest.fixture(autouse=True)

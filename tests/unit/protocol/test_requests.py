@@ -11,6 +11,9 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 
+import pytest
+
+from microcheckpoint.errors import CheckpointNotFound, MetadataFormatError, StorageError
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.records import Ack
@@ -221,3 +224,47 @@ def test_notify_lists_while_the_sinks_publish_what_it_completed(h) -> None:
     h.coordinator().notify(cid, commit_sinks=publish)
     assert published == [cid.value] * 2
     assert other.overlapped == [False]
+
+
+class FailsOnce(Recording):
+    """A recording store whose first GET of each key containing ``needle`` fails."""
+
+    def __init__(self, url: str, needle: str) -> None:
+        super().__init__(url)
+        self.needle = needle
+        self.failed: set[str] = set()
+
+    def get(self, key: str) -> StoredObject | None:
+        if self.needle in key and key not in self.failed:
+            self.failed.add(key)
+            raise StorageError(f"GET {key}: connection reset")
+        return super().get(key)
+
+
+def test_an_ack_read_ahead_that_fails_is_read_again_by_the_completion(h) -> None:
+    coord = h.coordinator()
+    cid = coord.trigger(tasks(2), {TP0: 5}, h.startup({TP0: 0})).checkpoint_id
+    plan = coord.plan(cid)
+    for task in tasks(2):
+        record_ack(h.store, h.layout, cid, Ack(task, plan.attempt, (), {}, 5))
+    store = h.store = coord.store = FailsOnce(h.store.url, "/acks/")
+    meta = coord.complete(cid)
+    assert meta.attempt == plan.attempt and set(meta.acks) == set(tasks(2))
+    # Every ack failed once (read ahead) and was read again, once, after the listing.
+    assert len(store.failed) == 3
+    reads = Counter(key for op, key in store.log if op == "GET" and "/acks/" in key)
+    assert reads == Counter(store.failed)
+
+
+def test_notify_of_a_checkpoint_another_run_dropped_says_so(h) -> None:
+    ours = h.coordinator(retained=1)
+    cid = _completed(h, ours, h.store, 5)
+    other = h.coordinator(retained=1)
+    newer = _completed(h, other, h.store, 9)
+    other.notify(newer)  # its retention drops checkpoint 1, staged output included
+
+    def publish(meta) -> None:
+        raise MetadataFormatError(f"staged output of epoch {meta.checkpoint_id} is missing")
+
+    with pytest.raises(CheckpointNotFound, match=f"checkpoint {cid} .* is not completed"):
+        ours.notify(cid, commit_sinks=publish)
