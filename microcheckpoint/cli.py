@@ -569,10 +569,11 @@ def verify(
     ),
 ) -> None:
     """A dry-run restore: read the point's _metadata and every state file it references (each
-    must decode), list its state descriptors (against the pipeline's with --module), check
-    that its staged sink parts are there with their size (sink output is not read), and
-    check that its offsets are still in Kafka (not deleted by retention; a WARNING when
-    retention deletes them within 24 hours). Changes nothing."""
+    must have the size and SHA-256 recorded with it, and decode), list its state descriptors
+    (against the pipeline's with --module), check that its staged sink parts are there with
+    their size and SHA-256 (sink output is not parsed), and check that its offsets are still
+    in Kafka (not deleted by retention; a WARNING when retention deletes them within 24
+    hours). Changes nothing."""
     target: Target = ctx.obj
     target.bootstrap = bootstrap or target.bootstrap
     declared = None

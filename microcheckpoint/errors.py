@@ -67,6 +67,11 @@ class MetadataFormatError(MicrocheckpointError):
     """A ``_metadata`` (or other protocol file) is corrupt, foreign or from a newer version."""
 
 
+class CorruptFile(MetadataFormatError):
+    """A file a checkpoint references is not the file that was written: its size or
+    content hash differs from its handle's (changed, truncated or replaced since)."""
+
+
 class IncompatibleCheckpoint(MicrocheckpointError):
     """A checkpoint or savepoint belongs to another pipeline or does not fit this one."""
 

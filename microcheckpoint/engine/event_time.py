@@ -32,7 +32,8 @@ def restored_watermarks(store: ObjectStore, handles: Iterable[StateHandle]) -> W
         obj = store.get(handle.key)
         if obj is None:
             continue
-        groups = decode_memory(obj.data, store.child_url(handle.key), [0])
+        url = store.child_url(handle.key)
+        groups = decode_memory(handle.check(obj.data, url), url, [0])
         entry = groups.get(0, {}).get(WATERMARKS_KEY)
         if entry is not None:
             return WatermarkState.from_json(entry[0], store.child_url(handle.key))
@@ -52,7 +53,7 @@ def store_watermarks(
     data = encode_memory(uid, {0: {WATERMARKS_KEY: (state.to_json(), now_ms)}})
     key = Layout(pipeline).state_prefix(checkpoint, attempt, TaskId.of(uid, 0)) + _NAME
     store.put(key, data)
-    return StateHandle(key, len(data), (0,))
+    return StateHandle.of(key, data, (0,))
 
 
 def epoch_maxima(df: Any, column: str, file_partitions: Iterable[str]) -> dict[str, int]:

@@ -134,7 +134,7 @@ def _snapshot_and_ack(
         store.put(key, data)
     if faults is not None:
         faults.point("after_snapshot")
-    _ack(store, pipeline, cid, attempt, task, StateHandle(key, len(data)), timer)
+    _ack(store, pipeline, cid, attempt, task, StateHandle.of(key, data), timer)
 
 
 def _ack(

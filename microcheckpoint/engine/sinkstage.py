@@ -82,7 +82,7 @@ def stage_part(
         data = b"".join(_row_key(r).encode() + b"\n" for r in ordered)
         with timer.uploading():
             store.put(key, data)
-        handles = (StateHandle(key, len(data)),)
+        handles = (StateHandle.of(key, data),)
     record_ack(store, layout, cid, timer.ack(task, ctx.attempt, handles))
     return iter([len(ordered)])
 
@@ -143,7 +143,9 @@ def commit_sinks(
                     f"staged output {store.child_url(handle.key)} of sink {sink.uid!r}, "
                     f"epoch {meta.checkpoint_id}, is missing; it cannot be published"
                 )
-            parts[i].extend(json.loads(line) for line in obj.data.splitlines() if line)
+            url = store.child_url(handle.key)
+            data = handle.check(obj.data, url, f"staged output of sink {sink.uid!r}")
+            parts[i].extend(json.loads(line) for line in data.splitlines() if line)
         if sink.commit_empty_epochs or any(meta.acks[t].handles for t in tasks):
             info = EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value, *timed)
             sink.commit(info, parts)

@@ -38,7 +38,6 @@ from microcheckpoint.protocol.records import (
     encode_metadata,
     read_point_metadata,
 )
-from microcheckpoint.protocol.records.handles import StateHandle
 from microcheckpoint.protocol.view import PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
@@ -128,8 +127,9 @@ def create_savepoint(
             if obj is None:
                 raise RestoreError(f"checkpoint {cid}: {store.child_url(handle.key)} is missing")
             relative = "files/" + handle.key.split("/", 1)[1]
-            target.put(prefix + relative, obj.data)
-            handles.append(StateHandle(relative, handle.size, handle.key_groups))
+            # A savepoint copies only intact files (a corrupt one would outlive its source).
+            target.put(prefix + relative, handle.check(obj.data, store.child_url(handle.key)))
+            handles.append(replace(handle, key=relative))
         acks[task] = replace(ack, handles=tuple(handles))
     # Step 3: the savepoint's commit point.
     facts = {**(labels or {}), "created_ms": int(time.time() * 1000)}
@@ -369,8 +369,9 @@ def _import_point(store: ObjectStore, layout: Layout, point: RestorePoint) -> Re
                     f"{point.location}: {point.store.child_url(source_key)} is missing"
                 )
             relative = "files/" + source_key.split("/", 1)[-1]
-            store.put(prefix + relative, obj.data)
-            handles.append(StateHandle(relative, handle.size, handle.key_groups))
+            data = handle.check(obj.data, point.store.child_url(source_key))
+            store.put(prefix + relative, data)
+            handles.append(replace(handle, key=relative))
         acks[task] = replace(ack, handles=tuple(handles))
     meta = replace(point.metadata, acks=acks, kind="savepoint", relative=True)
     store.put(prefix + "_metadata", encode_metadata(meta))

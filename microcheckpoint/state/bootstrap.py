@@ -251,7 +251,7 @@ def bootstrap_savepoint(
             key = f"files/bootstrap/state/{uid}/{subtask:05d}/{BASE_NAME}"
             data = encode_rows(rows_from_groups(owned))
             target.put(prefix + key, data)
-            handles = (StateHandle(key, len(data), tuple(sorted(owned))),)
+            handles = (StateHandle.of(key, data, sorted(owned)),)
         info = {DESCRIPTORS_FIELD: descriptors} if descriptors is not None and not subtask else {}
         acks[task] = Ack(task, meta.attempt if meta else 1, handles, info)
     for task, (ack, files) in carried.items():
@@ -383,7 +383,7 @@ def _read(store: ObjectStore, meta: CheckpointMetadata, handle: StateHandle) -> 
             f"checkpoint {meta.checkpoint_id}: {store.child_url(handle.key)} is missing; "
             "restore an older checkpoint first, or import with no checkpoint to carry"
         )
-    return obj.data
+    return handle.check(obj.data, store.child_url(handle.key))
 
 
 def _carry(

@@ -209,9 +209,10 @@ def read_rows(store: ObjectStore, handle: StateHandle, cache: FileCache | None =
 
     def load() -> pa.Table:
         obj = store.get(handle.key)
+        url = store.child_url(handle.key)
         if obj is None:
-            raise CheckpointNotFound(f"state file {store.child_url(handle.key)} is missing")
-        return rows_of(obj.data, handle, store.child_url(handle.key))
+            raise CheckpointNotFound(f"state file {url} is missing")
+        return rows_of(handle.check(obj.data, url), handle, url)
 
     return load() if cache is None else cache.get(store, handle, load)
 

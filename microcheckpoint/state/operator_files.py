@@ -209,7 +209,8 @@ def load_snapshots(
         obj = store.get(handle.key)
         if obj is None:
             raise CheckpointNotFound(f"operator state file {url} is missing")
-        out.append((handle, decode_snapshot(obj.data, url)))
+        data = handle.check(obj.data, url, "operator state file")
+        out.append((handle, decode_snapshot(data, url)))
     return out
 
 

@@ -188,7 +188,7 @@ class SubtaskState:
         key = self.prefix + name
         with self.timer.uploading():
             self.store.put(key, data)
-        return StateHandle(key, len(data), tuple(sorted(groups)))
+        return StateHandle.of(key, data, sorted(groups))
 
     def _all_rows(self) -> pa.Table:
         """Every live state row of the owned key groups, resolved in Arrow (latest wins)."""

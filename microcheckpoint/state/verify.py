@@ -10,10 +10,11 @@ what it references, against the uid of the task whose ack holds it:
 - ``…/state/<uid>/<folder>/<name>`` with ``<name>`` one of the state formats of
   ``state.files`` (``base.parquet``, ``delta.parquet``, ``state.json``, ``kg-<n>.parquet``,
   ``delta.json``, and operator state's ``operator.json``): a **state file**. It must exist,
-  have the handle's size, and decode as state rows of its format.
+  have the handle's size and content hash (``StateHandle.check``; handles written before
+  hashes have none), and decode as state rows of its format.
 - ``…/sink/<uid>/part-<subtask>-a<attempt>.jsonl``: a **staged sink part** (EXACTLY_ONCE
-  sinks, ``engine.sinkstage``). It must exist and have the handle's size; it is never
-  parsed, since it is sink output, not state.
+  sinks, ``engine.sinkstage``). It must exist and have the handle's size and content
+  hash; it is never parsed, since it is sink output, not state.
 - anything else: a failed row. A file verify cannot classify is never passed unread (a
   newer microcheckpoint may have written it: upgrade).
 
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from microcheckpoint.errors import MetadataFormatError, RestoreError
+from microcheckpoint.errors import CorruptFile, MetadataFormatError, RestoreError
 from microcheckpoint.protocol.savepoints import RestorePoint
 from microcheckpoint.state.evolution import Change, Declared, compare, recorded_descriptors
 from microcheckpoint.state.handles import StateHandle
@@ -135,22 +136,20 @@ def _check_file(store: ObjectStore, key: str, handle: StateHandle, kind: FileKin
     obj = store.get(key)
     if obj is None:
         return Check(url, False, f"{what} is missing; restore another checkpoint or savepoint")
-    if len(obj.data) != handle.size:
-        return Check(
-            url,
-            False,
-            f"{what} is {len(obj.data)} bytes, its handle says {handle.size}: truncated or "
-            "replaced; restore another checkpoint or savepoint",
-        )
+    try:
+        handle.check(obj.data, url, what)
+    except CorruptFile as exc:
+        return Check(url, False, str(exc))
+    hashed = ", sha256 matches" if handle.sha256 else ", no content hash (written before them)"
     if kind is FileKind.SINK_PART:
-        return Check(url, True, f"{what}, {handle.size} bytes (sink output is not read)")
+        return Check(url, True, f"{what}, {handle.size} bytes{hashed} (sink output is not parsed)")
     from microcheckpoint.state.files import rows_of  # pyarrow: not at the CLI's start
 
     try:
         rows = rows_of(obj.data, handle, url)
     except MetadataFormatError as exc:
         return Check(url, False, str(exc))
-    return Check(url, True, f"{what}, {handle.size} bytes, {rows.num_rows} rows")
+    return Check(url, True, f"{what}, {handle.size} bytes{hashed}, {rows.num_rows} rows")
 
 
 def verify_point(point: RestorePoint) -> list[Check]:

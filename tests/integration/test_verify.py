@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 MODULE = "tests.integration.verify_pipelines"
 RUN_LINE = r"checkpoint (\d+) completed(?: \([a-z]+\))?: (\d+) records \(attempt 1\)\n"
-SINK_DETAIL = "staged sink part, {} bytes (sink output is not read)"
+SINK_DETAIL = "staged sink part, {} bytes, sha256 matches (sink output is not parsed)"
 
 
 @dataclass
@@ -175,8 +175,10 @@ def test_every_checkpoint_and_savepoint_of_an_example_verifies(
             if url in parts:
                 assert detail == SINK_DETAIL.format(handle["size"]), (point, url)
             else:
-                assert detail.startswith(f"state file, {handle['size']} bytes, "), (point, url)
+                prefix = f"state file, {handle['size']} bytes, sha256 matches, "
+                assert detail.startswith(prefix), (point, url)
                 assert detail.endswith(" rows"), (point, url)
+            assert len(handle["sha256"]) == 64, (point, url)  # written with every file
         (head,) = [c for c in report["checks"] if c["check"] == "_metadata"]
         assert head["ok"] is True and head["detail"].startswith(f"{metadata.as_uri()}: ")
         kafka_rows = [c for c in report["checks"] if ":" in c["check"] and "//" not in c["check"]]
@@ -202,13 +204,23 @@ def _sink(handles: list[dict[str, Any]]) -> dict[str, Any]:
     return next(h for h in handles if h["key"].endswith(".jsonl"))
 
 
+def _flip_one_bit(data: bytes) -> bytes:
+    """``data`` with one bit of its middle byte flipped: same size, and for a Parquet file a
+    data page's byte, which its reader may well decode without noticing."""
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x04
+    return bytes(flipped)
+
+
 DAMAGES = {
-    # name: (which file, what is done to its bytes; None deletes it)
-    "truncated state file": (_state, lambda data: data[: len(data) // 2]),
-    "corrupt state file": (_state, lambda data: b"\x07" * len(data)),
-    "missing state file": (_state, None),
-    "missing sink part": (_sink, None),
-    "grown sink part": (_sink, lambda data: data + b'{"extra": 1}\n'),
+    # name: (which file, what is done to its bytes; None deletes it, and the detail expected)
+    "truncated state file": (_state, lambda data: data[: len(data) // 2], "bytes, its checkpoint"),
+    "corrupt state file": (_state, lambda data: b"\x07" * len(data), "has sha256"),
+    "one bit flipped in a state file": (_state, _flip_one_bit, "has sha256"),
+    "missing state file": (_state, None, "is missing"),
+    "missing sink part": (_sink, None, "is missing"),
+    "grown sink part": (_sink, lambda data: data + b'{"extra": 1}\n', "bytes, its checkpoint"),
+    "one bit flipped in a sink part": (_sink, _flip_one_bit, "has sha256"),
 }
 METADATA_DAMAGES = {"garbage _metadata": b"\x00not json at all{", "empty _metadata": b""}
 
@@ -245,7 +257,7 @@ COPIES = [("wordcount_table", "checkpoint"), ("wordcount_memory", "savepoint")]
 def test_a_damaged_copy_is_not_restorable_and_names_the_file(
     world: World, attr: str, kind: str, tmp_path: Path
 ) -> None:
-    for n, (name, (pick, damage)) in enumerate(DAMAGES.items()):
+    for n, (name, (pick, damage, why)) in enumerate(DAMAGES.items()):
         env, point, metadata = _copy(world, attr, kind, tmp_path / str(n))
         folder = metadata.parent if kind == "savepoint" else tmp_path / str(n) / "chk"
         handle = pick(_handles(metadata))
@@ -255,8 +267,9 @@ def test_a_damaged_copy_is_not_restorable_and_names_the_file(
         else:
             path.write_bytes(damage(path.read_bytes()))
         report = _not_restorable(env, point, path.as_uri(), table=n == 0)
-        failed = [c["check"] for c in report["checks"] if not c["ok"]]
-        assert failed == [path.as_uri()], (name, report)
+        failed = [c for c in report["checks"] if not c["ok"]]
+        assert [c["check"] for c in failed] == [path.as_uri()], (name, report)
+        assert why in failed[0]["detail"], (name, failed[0])
     for n, (name, data) in enumerate(METADATA_DAMAGES.items(), start=len(DAMAGES)):
         env, point, metadata = _copy(world, attr, kind, tmp_path / str(n))
         metadata.write_bytes(data)
@@ -279,3 +292,43 @@ def test_latest_falls_back_past_a_corrupt_metadata_with_a_warning(
     assert warning["detail"].startswith(
         f"FELL BACK to checkpoint 1 because checkpoint 2: {newest.as_uri()} is corrupt"
     )
+
+
+# ---- loads check the content hash too ------------------------------------------------------
+
+
+def test_a_flipped_bit_fails_the_state_reader_and_the_next_epoch_naming_the_file(
+    world: World, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The same check as verify's, where state is loaded: ``state export`` (the state
+    reader) and the next epoch's restore of the keyed state, through the console script.
+    Runs last in this module: it adds lines to the word count's topic."""
+    root = tmp_path / "chk"
+    shutil.copytree(world.root, root)
+    env = world.env_of("wordcount_table", root)
+    metadata = root / NAMES["wordcount_table"] / "chk-0000000002" / "_metadata"
+    state = [h for h in _handles(metadata) if not h["key"].endswith(".jsonl")]
+    damaged = [root / h["key"] for h in state]
+    for path in damaged:  # every state file the checkpoint references: any load meets one
+        path.write_bytes(_flip_one_bit(path.read_bytes()))
+    urls = [p.as_uri() for p in damaged]
+
+    export = cli(
+        env, "state", "export", "--uid", "word-counts", "--to", str(tmp_path / "x.pq"), code=1
+    )
+    assert any(url in export.stderr for url in urls) and "has sha256" in export.stderr, export
+    assert not (tmp_path / "x.pq").exists()
+
+    wordcount.generate(kafka_bootstrap, topics(world.env["VERIFY_TAG"])["lines"], lines=8, seed=9)
+    before = _tree(root / NAMES["wordcount_table"])
+    run = cli(env, "run", "--module", f"{MODULE}:wordcount_table", code=1)
+    assert "checkpoint failed" in run.stderr and "has sha256" in run.stderr, run
+    # One file named: checkpoint 2's own, or checkpoint 1's delta it references (incremental).
+    named = [url for url in urls if url in run.stderr]
+    assert len(named) == 1 and "/state/word-counts/" in named[0], run.stderr
+    # Nothing of checkpoint 2 changed, and no checkpoint completed on the damaged state.
+    after = _tree(root / NAMES["wordcount_table"])
+    assert {k: v for k, v in after.items() if k.startswith("chk-0000000002/")} == {
+        k: v for k, v in before.items() if k.startswith("chk-0000000002/")
+    }
+    assert not any(k.startswith("chk-0000000003/_metadata") for k in after)

@@ -57,7 +57,7 @@ class Harness:
         """Write a state file where a task of ``attempt`` would, and return its handle."""
         key = self.layout.state_prefix(cid, attempt, task) + name
         self.store.put(key, data)
-        return StateHandle(key, len(data), (0,))
+        return StateHandle.of(key, data, (0,))
 
     def ack(
         self,

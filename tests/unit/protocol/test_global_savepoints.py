@@ -47,8 +47,9 @@ def checkpoint(
     from microcheckpoint.state.handles import StateHandle
 
     key = Layout(coord.config.pipeline).state_prefix(cid, 1, SRC) + "state.bin"
-    coord.store.put(key, f"{coord.config.pipeline}@{cid}".encode())
-    coord.acknowledge(cid, Ack(SRC, 1, (StateHandle(key, 5, (0,)),), {}, 5))
+    data = f"{coord.config.pipeline}@{cid}".encode()
+    coord.store.put(key, data)
+    coord.acknowledge(cid, Ack(SRC, 1, (StateHandle.of(key, data, (0,)),), {}, 5))
     coord.complete(cid)
     coord.notify(cid)
     return cid.value

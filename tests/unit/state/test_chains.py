@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from microcheckpoint.errors import CheckpointNotFound, MetadataFormatError
+from microcheckpoint.errors import CheckpointNotFound, CorruptFile, MetadataFormatError
 from microcheckpoint.state.backends import encode_memory, encode_table
 from microcheckpoint.state.chains import is_delta, key_group_chains, load_key_group
 from microcheckpoint.state.files import (
@@ -60,15 +60,31 @@ def test_delta_names() -> None:
     assert not is_delta(base(1, 0).key)
 
 
+def stored(store, handle: StateHandle, data: bytes) -> StateHandle:
+    """``handle``'s file written with ``data``: the handle with its size and content hash,
+    as a writer makes it (a read checks both)."""
+    store.put(handle.key, data)
+    return StateHandle.of(handle.key, data, handle.key_groups)
+
+
 def files(tmp_path):
-    """A format-1 base and delta, then a format-2 delta: the chain reads across formats."""
+    """A format-1 base and delta (stored before content hashes: size only), then a format-2
+    delta: the chain reads across formats."""
     store = FileStore(tmp_path.as_uri())
-    b = StateHandle("p/chk-0000000001/state/op/00000-a00002/kg-00007.parquet", 1, (7,))
-    store.put(b.key, encode_table({'"a"': (1, 10), '"b"': (2, 10)}))
-    d1 = StateHandle("p/chk-0000000002/state/op/00000-a00002/delta.json", 1, (7,))
-    store.put(d1.key, encode_memory("op", {7: {'"a"': (5, 20), '"c"': (3, 20)}}))
-    d2 = delta(3, 7)
-    store.put(d2.key, encode_rows(rows_from_groups({7: {'"b"': (None, 30)}, 8: {'"z"': (9, 30)}})))
+    b = stored(
+        store,
+        StateHandle("p/chk-0000000001/state/op/00000-a00002/kg-00007.parquet", 1, (7,)),
+        encode_table({'"a"': (1, 10), '"b"': (2, 10)}),
+    )
+    b = StateHandle(b.key, b.size, b.key_groups)  # written before hashes
+    d1 = stored(
+        store,
+        StateHandle("p/chk-0000000002/state/op/00000-a00002/delta.json", 1, (7,)),
+        encode_memory("op", {7: {'"a"': (5, 20), '"c"': (3, 20)}}),
+    )
+    d1 = StateHandle(d1.key, d1.size, d1.key_groups)
+    rows = rows_from_groups({7: {'"b"': (None, 30)}, 8: {'"z"': (9, 30)}})
+    d2 = stored(store, delta(3, 7), encode_rows(rows))
     return store, [b, d1, d2]
 
 
@@ -97,10 +113,24 @@ def test_the_file_cache_reads_a_file_once_and_a_missing_one_is_named(tmp_path) -
 
 def test_a_corrupt_file_is_named(tmp_path) -> None:
     store = FileStore(tmp_path.as_uri())
-    bad = delta(1, 0)
-    store.put(bad.key, b"\x00not parquet")
+    bad = stored(store, delta(1, 0), b"\x00not parquet")  # written so: its hash matches
     with pytest.raises(MetadataFormatError, match=r"state file file://.*delta\.parquet is corrupt"):
         read_rows(store, bad, None)
+
+
+def test_a_file_changed_after_it_was_written_is_named_before_it_is_decoded(tmp_path) -> None:
+    store = FileStore(tmp_path.as_uri())
+    data = encode_rows(rows_from_groups({7: {'"b"': (1, 30)}}))
+    handle = stored(store, delta(4, 7), data)
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x01
+    store.put(handle.key, bytes(flipped))
+    url = store.child_url(handle.key)
+    with pytest.raises(CorruptFile, match=f"state file {url} has sha256 "):
+        read_rows(store, handle, None)
+    store.put(handle.key, data[:-3])
+    with pytest.raises(CorruptFile, match=f"state file {url} is {len(data) - 3} bytes"):
+        read_rows(store, handle, None)
 
 
 def test_rows_are_written_sorted_and_deterministically() -> None:
