@@ -132,7 +132,11 @@ def test_list_state_survives_rescale_2_to_3_to_1_holding_every_row_once(
     # verify reads every operator.json as state rows (one row per state).
     checks = verify_point(choose_restore(store, name, checkpoint=CheckpointId(6)))
     files = [c for c in checks if c.check.endswith("/operator.json")]
-    assert len(files) == 1 and files[0].ok and files[0].detail.endswith(" bytes, sha256 matches, 2 rows")
+    assert (
+        len(files) == 1
+        and files[0].ok
+        and files[0].detail.endswith(" bytes, sha256 matches, 2 rows")
+    )
 
 
 def test_a_re_run_attempt_gives_every_subtask_the_same_rows_and_state(
