@@ -506,6 +506,32 @@ def _point(target: Target, point: str) -> RestorePoint:
     return resolve_point(point, pipe.name, pipe.store, pipe.locations.locate)
 
 
+def _verify_chain(target: Target, first: int, last: int, as_json: bool) -> None:
+    """``verify --from --to``: the lineage's rows (``state.verify.verify_chain``)."""
+    from microcheckpoint.state.verify import verify_chain
+
+    pipe = target.pipe
+    pipe.require_known()
+    chain, checks = verify_chain(pipe.store, pipe.name, first, last)
+    ok = all(c.ok for c in checks)
+    ids = [c.value for c in chain]
+    if as_json:
+        rows = [c.to_json() for c in checks]
+        _json({"from": first, "to": last, "chain": ids, "ok": ok, "checks": rows})
+    else:
+        table = Table(title=f"verify --from {first} --to {last}: checkpoints {ids}")
+        for column in ("check", "result", "detail"):
+            table.add_column(column)
+        for c in checks:
+            table.add_row(
+                c.check, "FAILED" if not c.ok else "WARNING" if c.warning else "ok", c.detail
+            )
+        out.print(table)
+        out.print("CHAIN VERIFIED" if ok else "CHAIN BROKEN", markup=False)
+    if not ok:
+        raise typer.Exit(1)
+
+
 @app.command("restore")
 @handles_errors
 def restore_point(
@@ -561,21 +587,36 @@ def restore_point(
 @handles_errors
 def verify(
     ctx: typer.Context,
-    point: str = typer.Argument(..., help="latest, a checkpoint id, or a savepoint URL"),
+    point: str | None = typer.Argument(
+        None, help="latest, a checkpoint id, or a savepoint URL (or --from and --to)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     bootstrap: str | None = typer.Option(None, help=BOOTSTRAP_HELP),
     module: str | None = typer.Option(
         None, help="module:attribute of the Pipeline, to check its states against the point's"
     ),
+    first: int | None = typer.Option(
+        None, "--from", help="prove the lineage from this checkpoint id (with --to)"
+    ),
+    last: int | None = typer.Option(None, "--to", help="... to this checkpoint id"),
 ) -> None:
     """A dry-run restore: read the point's _metadata and every state file it references (each
     must have the size and SHA-256 recorded with it, and decode), list its state descriptors
     (against the pipeline's with --module), check that its staged sink parts are there with
     their size and SHA-256 (sink output is not parsed), and check that its offsets are still
     in Kafka (not deleted by retention; a WARNING when retention deletes them within 24
-    hours). Changes nothing."""
+    hours). With --from A --to B instead of POINT: prove the lineage from checkpoint A to B
+    (one writer each, each _metadata the one the next continued from, offsets with no gap
+    or overlap, every file with its hash). Changes nothing."""
     target: Target = ctx.obj
     target.bootstrap = bootstrap or target.bootstrap
+    if first is not None or last is not None:
+        if point is not None or first is None or last is None:
+            raise _fail("give either POINT, or --from and --to (a range of checkpoint ids)", 2)
+        _verify_chain(target, first, last, as_json)
+        return
+    if point is None:
+        raise _fail("give a POINT (latest, a checkpoint id, a savepoint URL) or --from/--to", 2)
     declared = None
     if module:
         from microcheckpoint.state.evolution import pipeline_descriptors

@@ -17,6 +17,7 @@ manager's (``failures``), and what an epoch processes is the plan's (``plan``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
@@ -62,7 +63,13 @@ from microcheckpoint.protocol.records.alignment import Alignment
 from microcheckpoint.protocol.records.interval import DataInterval
 from microcheckpoint.protocol.retention import cleanup_checkpoint, enforce_retention
 from microcheckpoint.protocol.statistics import checkpoint_statistics
-from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, RecordCache, scan
+from microcheckpoint.protocol.view import (
+    CheckpointStatus,
+    PipelineView,
+    RecordCache,
+    scan,
+    sha256_key,
+)
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, started, write_once
 from microcheckpoint.storage.probe import ensure_put_if_absent
 
@@ -580,6 +587,11 @@ class CheckpointCoordinator:
             )
         record = view.pending_record(cid)
         completed_ms = self.now_ms()
+        # The lineage: the bytes of the _metadata this checkpoint continued from, and the run.
+        base = view.records.get(record.base) if record.base is not None else None
+        done = base is not None and base.status is CheckpointStatus.COMPLETED
+        previous = view.metadata_sha256(base.checkpoint_id) if base and done else ""
+        run = "/".join(str(record.labels[k]) for k in ("dag_id", "run_id") if k in record.labels)
         meta = CheckpointMetadata(
             pipeline=self.config.pipeline,
             checkpoint_id=cid,
@@ -599,9 +611,15 @@ class CheckpointCoordinator:
                 completed_ms,
                 self.layout.chk(cid),
             ),
+            previous_sha256=previous,
+            run=run,
         )
         key = self.layout.metadata(cid)
-        if self._write_once(key, meta, encode_metadata(meta)) is WriteOutcome.CONFLICT:
+        data = encode_metadata(meta)
+        written = self._write_once(key, meta, data)
+        if written is WriteOutcome.OK:
+            self.records.put(sha256_key(key), hashlib.sha256(data).hexdigest())
+        if written is WriteOutcome.CONFLICT:
             stored = self.store.get(key)
             theirs = decode_metadata(stored.data, self.store.child_url(key)) if stored else None
             if theirs is None or theirs.attempt != attempt:

@@ -10,6 +10,7 @@ that crashes and restarts (a new Airflow task) sees exactly what the old one lef
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import wait
 from dataclasses import dataclass, field
@@ -187,11 +188,26 @@ class PipelineView:
             obj = self.store.get(key)
             if obj is None:
                 raise MetadataFormatError(f"{self.store.child_url(key)} is missing")
-            return decode_metadata(obj.data, self.store.child_url(key))
+            meta = decode_metadata(obj.data, self.store.child_url(key))
+            self.cache.put(sha256_key(key), hashlib.sha256(obj.data).hexdigest())
+            return meta
 
         meta = self.cache.get(key, load)
         assert meta is not None
         return meta
+
+    def metadata_sha256(self, cid: CheckpointId) -> str:
+        """The SHA-256 of the bytes of ``cid``'s ``_metadata`` (read once per cache, like
+        the record; its writer remembers it from writing)."""
+        key = self.layout.metadata(cid)
+        found = self.cache.get(sha256_key(key), lambda: None)
+        if found is None:
+            obj = self.store.get(key)
+            if obj is None:
+                raise MetadataFormatError(f"{self.store.child_url(key)} is missing")
+            found = hashlib.sha256(obj.data).hexdigest()
+            self.cache.put(sha256_key(key), found)
+        return str(found)
 
     @property
     def restore_marker(self) -> RestoreMarker | None:
@@ -225,6 +241,11 @@ class PipelineView:
             reads.append(partial(self.metadata, head))
         each(lambda load: load(), reads)
         return self
+
+
+def sha256_key(key: str) -> str:
+    """Where a ``RecordCache`` keeps the SHA-256 of the record stored under ``key``."""
+    return key + "#sha256"
 
 
 def _read_ahead(store: ObjectStore, cache: RecordCache, key: str) -> None:

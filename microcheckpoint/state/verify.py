@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from microcheckpoint.errors import CorruptFile, MetadataFormatError, RestoreError
+from microcheckpoint.errors import CorruptFile, InvalidValue, MetadataFormatError, RestoreError
+from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.savepoints import RestorePoint
 from microcheckpoint.state.evolution import Change, Declared, compare, recorded_descriptors
 from microcheckpoint.state.handles import StateHandle
@@ -59,6 +60,7 @@ __all__ = [
     "classify",
     "dry_run_restore",
     "state_rows",
+    "verify_chain",
     "verify_point",
 ]
 
@@ -226,3 +228,152 @@ def dry_run_restore(
     if more is not None:
         checks += more(point)
     return Verification(point, tuple(checks))
+
+
+def verify_chain(
+    store: ObjectStore, pipeline: str, first: int, last: int
+) -> tuple[list[CheckpointId], list[Check]]:
+    """Prove the lineage from checkpoint ``first`` to ``last``: the checkpoints it holds, in
+    order, and one row per fact (``verify --from first --to last``).
+
+    Steps: 1. follow ``base`` links back from ``last`` until ``first``: each checkpoint on
+    the way must be completed; 2. per checkpoint, one writer: its COMPLETED claim
+    (``_outcome``) is its ``_metadata``'s writer's, and every ack is of its attempt;
+    3. per link, the SHA-256 of the base's ``_metadata`` bytes is the one the next
+    checkpoint recorded (``previous_sha256``), and each partition's offsets continue where
+    the base's ended (no gap, no overlap); 4. every file each checkpoint references, once,
+    with its size and hash (``verify_point``). Writes nothing.
+
+    Raises:
+        InvalidValue: ``first`` or ``last`` is not a checkpoint id, or ``first > last``.
+    """
+    from microcheckpoint.protocol.layout import Layout
+    from microcheckpoint.protocol.records import OutcomeRecord, read
+    from microcheckpoint.protocol.view import CheckpointStatus, scan
+
+    for name, value in (("--from", first), ("--to", last)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidValue(f"{name} {value!r} is not a checkpoint id: give a number >= 1")
+    if first > last:
+        raise InvalidValue(f"--from {first} is after --to {last}: give --from <= --to")
+    layout = Layout(pipeline)
+    view = scan(store, layout)
+    rows: list[Check] = []
+    # Step 1: the lineage, newest first.
+    chain: list[CheckpointId] = []
+    cid: CheckpointId | None = CheckpointId(last)
+    while cid is not None and cid.value >= first:
+        record = view.records.get(cid)
+        if record is None or record.status is not CheckpointStatus.COMPLETED:
+            state = "absent" if record is None else record.status.value.lower()
+            after = f" (checkpoint {chain[-1]} continued from it)" if chain else ""
+            rows.append(
+                Check(
+                    f"chk-{cid.value}",
+                    False,
+                    f"{store.child_url(layout.metadata(cid))}: checkpoint {cid} is {state}, not "
+                    f"completed{after}: the chain is broken here; verify a range of retained "
+                    "checkpoints (microcheckpoint checkpoints lists them)",
+                )
+            )
+            return list(reversed(chain)), rows
+        chain.append(cid)
+        base = view.metadata(cid).base
+        cid = None if base is None else CheckpointId(base)
+    chain.reverse()
+    if chain[0].value != first:
+        start = view.metadata(chain[0])
+        why = "a restore" if start.base is None else f"checkpoint {start.base}"
+        rows.append(
+            Check(
+                f"chk-{first}",
+                False,
+                f"checkpoint {first} is not in the lineage of checkpoint {last}: the chain "
+                f"reaches back to checkpoint {chain[0]}, which continued from {why}",
+            )
+        )
+    seen: set[str] = set()
+    for n, cid in enumerate(chain):
+        meta = view.metadata(cid)
+        # Step 2: one writer.
+        outcome = read(store, layout.outcome(cid), OutcomeRecord)
+        attempts = sorted({a.attempt for a in meta.acks.values()} - {meta.attempt})
+        where = store.child_url(layout.metadata(cid))
+        if outcome is not None and outcome.writer and outcome.writer != meta.writer:
+            rows.append(
+                Check(
+                    f"chk-{cid.value}",
+                    False,
+                    f"{where} was written by writer {meta.writer[:8]}, but the COMPLETED claim "
+                    f"by {outcome.writer[:8]}: another writer's _metadata (a zombie's write "
+                    "replayed?); restore an older checkpoint or savepoint",
+                )
+            )
+        elif attempts:
+            rows.append(
+                Check(
+                    f"chk-{cid.value}",
+                    False,
+                    f"{where} mixes acks of attempts {attempts} into attempt {meta.attempt}",
+                )
+            )
+        else:
+            run = f", Airflow run {meta.run}" if meta.run else ""
+            rows.append(
+                Check(
+                    f"chk-{cid.value}",
+                    True,
+                    f"one writer ({meta.writer[:8]}, attempt {meta.attempt}{run}), "
+                    f"{meta.barrier.record_count} records",
+                )
+            )
+        # Step 3: the link to the checkpoint before it in the range.
+        if n:
+            rows.append(_link(view, chain[n - 1], cid, store, layout))
+        # Step 4: its files, each once across the range.
+        point = RestorePoint(where, meta, store, layout.chk(cid))
+        for check in verify_point(point)[1:]:
+            if check.check not in seen:
+                seen.add(check.check)
+                rows.append(check)
+    return chain, rows
+
+
+def _link(
+    view: Any, before: CheckpointId, cid: CheckpointId, store: ObjectStore, layout: Any
+) -> Check:
+    """Step 3 of ``verify_chain`` for checkpoint ``cid`` continuing from ``before``."""
+    meta, base = view.metadata(cid), view.metadata(before)
+    name = f"chk-{before.value} -> chk-{cid.value}"
+    found = view.metadata_sha256(before)
+    if meta.previous_sha256 and meta.previous_sha256 != found:
+        return Check(
+            name,
+            False,
+            f"{store.child_url(layout.metadata(before))} has sha256 {found[:16]}…, checkpoint "
+            f"{cid} continued from one of sha256 {meta.previous_sha256[:16]}…: it was replaced "
+            f"after checkpoint {cid} completed (a zombie's write?)",
+        )
+    problems = []
+    for tp, rng in sorted(meta.barrier.ranges.items(), key=lambda i: str(i[0])):
+        end = base.barrier.ends.get(tp)
+        if end is None or rng.start == end:
+            continue
+        kind = "a gap: offsets in no checkpoint" if rng.start > end else "an overlap: read twice"
+        problems.append(
+            f"partition {tp}: checkpoint {before} ended at {end}, checkpoint {cid} starts at "
+            f"{rng.start} ({kind})"
+        )
+    if problems:
+        return Check(name, False, "; ".join(problems))
+    hashed = (
+        "sha256 of its _metadata matches"
+        if meta.previous_sha256
+        else "no lineage hash (written before lineage)"
+    )
+    return Check(
+        name,
+        True,
+        f"{hashed}; offsets continue on {len(meta.barrier.ranges)} partitions",
+        warning=not meta.previous_sha256,
+    )
