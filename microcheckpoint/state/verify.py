@@ -247,6 +247,7 @@ def verify_chain(
     Raises:
         InvalidValue: ``first`` or ``last`` is not a checkpoint id, or ``first > last``.
     """
+    from microcheckpoint.protocol.history import run_attempt
     from microcheckpoint.protocol.layout import Layout
     from microcheckpoint.protocol.records import OutcomeRecord, read
     from microcheckpoint.protocol.view import CheckpointStatus, scan
@@ -323,7 +324,7 @@ def verify_chain(
                 Check(
                     f"chk-{cid.value}",
                     True,
-                    f"one writer ({meta.writer[:8]}, attempt {meta.attempt}{run}), "
+                    f"one writer ({meta.writer[:8]}, attempt {run_attempt(meta.attempt)}{run}), "
                     f"{meta.barrier.record_count} records",
                 )
             )

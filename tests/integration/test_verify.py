@@ -301,6 +301,7 @@ def _chain(env: dict[str, str], first: int, last: int, code: int = 0) -> dict[st
     args = ("verify", "--from", str(first), "--to", str(last))
     report = json.loads(cli(env, *args, "--json", code=code).stdout)
     text = cli(env, *args, code=code).stdout
+    print(f"\n$ microcheckpoint {' '.join(args)}\n{text}")
     assert text.rstrip().endswith("CHAIN VERIFIED" if code == 0 else "CHAIN BROKEN"), text
     return report
 
