@@ -17,6 +17,7 @@ manager's (``failures``), and what an epoch processes is the plan's (``plan``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -34,6 +35,7 @@ from microcheckpoint.errors import (
     CheckpointExpired,
     CheckpointNotFound,
     CommitConflict,
+    MetadataFormatError,
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
@@ -569,7 +571,8 @@ class CheckpointCoordinator:
         for cid in view.ids(CheckpointStatus.COMPLETING):
             outcome = view.records[cid].outcome
             assert outcome is not None and outcome.attempt is not None
-            self._write_metadata(view, cid, outcome.attempt)
+            # On behalf of the claim: its writer is the checkpoint's one writer.
+            self._write_metadata(view, cid, outcome.attempt, writer=outcome.writer or None)
         return self.view()
 
     def _write_metadata(
@@ -578,6 +581,7 @@ class CheckpointCoordinator:
         cid: CheckpointId,
         attempt: int,
         pending: PendingCheckpoint | None = None,
+        writer: str | None = None,
     ) -> CheckpointMetadata:
         # A pending checkpoint replays its current attempt; a COMPLETING one the claimed one.
         pending = pending or self._replayed(view, cid, attempt)
@@ -588,9 +592,15 @@ class CheckpointCoordinator:
         record = view.pending_record(cid)
         completed_ms = self.now_ms()
         # The lineage: the bytes of the _metadata this checkpoint continued from, and the run.
+        # (A base listed as COMPLETING had its _metadata written just before, in id order.)
         base = view.records.get(record.base) if record.base is not None else None
-        done = base is not None and base.status is CheckpointStatus.COMPLETED
-        previous = view.metadata_sha256(base.checkpoint_id) if base and done else ""
+        previous = ""
+        if base is not None and base.status in (
+            CheckpointStatus.COMPLETED,
+            CheckpointStatus.COMPLETING,
+        ):
+            with contextlib.suppress(MetadataFormatError):
+                previous = view.metadata_sha256(base.checkpoint_id)
         run = "/".join(str(record.labels[k]) for k in ("dag_id", "run_id") if k in record.labels)
         meta = CheckpointMetadata(
             pipeline=self.config.pipeline,
@@ -602,7 +612,8 @@ class CheckpointCoordinator:
             completed_time_ms=completed_ms,
             config=self.config.to_mapping(),
             base=None if record.base is None else record.base.value,
-            writer=self.token,
+            # The claim's writer (``writer`` when finishing another coordinator's claim).
+            writer=writer or self.token,
             statistics=checkpoint_statistics(
                 cid,
                 pending.acks,

@@ -62,10 +62,11 @@ class CheckpointMetadata:
     # Facts for people about this copy, e.g. a savepoint's ``created_ms`` and the Airflow
     # run that took it (``dag_id``, ``run_id``); empty in checkpoints.
     labels: Mapping[str, Any] = field(default_factory=dict)
-    # The lineage (``protocol.lineage``): the SHA-256 of the bytes of ``base``'s
-    # ``_metadata`` this checkpoint continued from, and the Airflow run that triggered it
-    # (``dag_id/run_id``); empty without a base, without Airflow, and before lineage.
-    previous_sha256: str = ""
+    # The lineage (docs/protocol.md, "Content hashes"): the SHA-256 of the bytes of
+    # ``base``'s ``_metadata`` this checkpoint continued from ("" without a completed base;
+    # None in a ``_metadata`` written before the lineage existed), and the Airflow run that
+    # triggered it (``dag_id/run_id``; "" without Airflow).
+    previous_sha256: str | None = None
     run: str = ""
 
     @property
@@ -111,7 +112,7 @@ def encode_metadata(meta: CheckpointMetadata) -> bytes:
     }
     if meta.labels:
         body["labels"] = dict(meta.labels)
-    if meta.previous_sha256:
+    if meta.previous_sha256 is not None:
         body["previous_sha256"] = meta.previous_sha256
     if meta.run:
         body["run"] = meta.run
@@ -159,7 +160,9 @@ def decode_metadata(data: bytes, source: str) -> CheckpointMetadata:
             writer=str(body.get("writer", "")),
             statistics=CheckpointStatistics.from_json(body.get("statistics") or {}),
             labels=dict(body.get("labels") or {}),
-            previous_sha256=str(body.get("previous_sha256", "")),
+            previous_sha256=(
+                None if body.get("previous_sha256") is None else str(body["previous_sha256"])
+            ),
             run=str(body.get("run", "")),
         )
     except (KeyError, TypeError, ValueError, AttributeError, MetadataFormatError) as exc:

@@ -17,6 +17,7 @@ from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.pending import AckResult
 from microcheckpoint.protocol.records import AbortReason, OutcomeRecord, decode_metadata, encode
 from microcheckpoint.protocol.view import CheckpointStatus
+from microcheckpoint.state.verify import verify_chain
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import WriteOutcome
 from tests.unit.protocol.helpers import (
@@ -204,6 +205,11 @@ def test_crashed_completion_is_finished_by_finish_completing(h) -> None:
     assert meta.attempt == 1
     assert meta.completed_time_ms == 1_003_000
     assert set(meta.acks) == set(TASKS)
+    # Written on behalf of the claim: the checkpoint's one writer is the claimer, so the
+    # lineage's writer check passes (it would name a zombie otherwise).
+    assert meta.writer == "crashed" != coord.token
+    [row] = [c for c in verify_chain(h.store, "pipe", 1, 1)[1] if c.check == "chk-1"]
+    assert row.ok and row.detail.startswith("one writer (crashed, attempt 1)"), row
     coord.finish_completing()  # nothing left to do
     assert coord.view().metadata(C1) == meta
 
