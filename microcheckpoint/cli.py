@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -519,14 +519,7 @@ def _verify_chain(target: Target, first: int, last: int, as_json: bool) -> None:
         rows = [c.to_json() for c in checks]
         _json({"from": first, "to": last, "chain": ids, "ok": ok, "checks": rows})
     else:
-        table = Table(title=f"verify --from {first} --to {last}: checkpoints {ids}")
-        for column in ("check", "result", "detail"):
-            table.add_column(column)
-        for c in checks:
-            table.add_row(
-                c.check, "FAILED" if not c.ok else "WARNING" if c.warning else "ok", c.detail
-            )
-        out.print(table)
+        _print_checks(f"verify --from {first} --to {last}: checkpoints {ids}", checks)
         out.print("CHAIN VERIFIED" if ok else "CHAIN BROKEN", markup=False)
     if not ok:
         raise typer.Exit(1)
@@ -630,16 +623,20 @@ def verify(
         checks = [c.to_json() for c in done.checks]
         _json({"point": where, "ok": done.ok, "checks": checks})
     else:
-        table = Table(title=f"verify {where}")
-        for column in ("check", "result", "detail"):
-            table.add_column(column)
-        for c in done.checks:
-            result = "FAILED" if not c.ok else "WARNING" if c.warning else "ok"
-            table.add_row(c.check, result, c.detail)
-        out.print(table)
+        _print_checks(f"verify {where}", done.checks)
         out.print("VERIFIED" if done.ok else "NOT RESTORABLE", markup=False)
     if not done.ok:
         raise typer.Exit(1)
+
+
+def _print_checks(title: str, checks: Iterable[Check]) -> None:
+    """A verification's rows as a table: check, result (ok, WARNING, FAILED), detail."""
+    table = Table(title=title)
+    for column in ("check", "result", "detail"):
+        table.add_column(column)
+    for c in checks:
+        table.add_row(c.check, "FAILED" if not c.ok else "WARNING" if c.warning else "ok", c.detail)
+    out.print(table)
 
 
 def _offset_checks(target: Target, found: RestorePoint) -> list[Check]:
