@@ -12,6 +12,7 @@
     microcheckpoint ... state export --uid word-counts [--checkpoint 7] --to counts.parquet
     microcheckpoint ... state import --uid word-counts --from counts.parquet [--offsets startup]
     microcheckpoint ... run --module examples.wordcount:pipeline
+    microcheckpoint ... audit 7 --module examples.wordcount:pipeline [--json]
     microcheckpoint-warm sc://host:port [--parallelism 2] [--every 45]
 
 The global options (``--storage``, ``--pipeline``, ``--s3-endpoint``, ``--bootstrap``,
@@ -775,6 +776,34 @@ def state_import(
     )
 
 
+def _with_spark(remote: str | None, status: str, what: str, work: Callable[[Any], Any]) -> Any:
+    """``work(spark)`` on Spark Connect at ``remote``, or on a local Spark stopped after; a
+    Spark job's failure is one line naming its cause (``<what> failed: ...``), exit 1."""
+    from microcheckpoint.engine.errors import failure_cause
+    from microcheckpoint.engine.spark import connect_spark, local_spark
+
+    with err.status(status):
+        spark = connect_spark(remote) if remote else local_spark("local[2]")
+        try:
+            return work(spark)
+        except MicrocheckpointError:
+            raise
+        except Exception as exc:  # a Spark job's failure: name the cause, not the wrapper
+            raise _fail(f"{what} failed: {failure_cause(exc)}", 1) from None
+        finally:
+            if not remote:
+                spark.stop()
+
+
+def _bootstrap(target: Target, bootstrap: str | None) -> str:
+    found = bootstrap or target.bootstrap
+    if not found:
+        raise ConfigError(
+            "bootstrap", None, "--bootstrap host:port (or MICROCHECKPOINT_KAFKA_BOOTSTRAP)"
+        )
+    return found
+
+
 def _cycle(
     target: Target,
     module: str,
@@ -785,11 +814,7 @@ def _cycle(
     full: bool,
 ) -> None:
     """One cycle now: recover, trigger, process the epoch with Spark, complete, notify."""
-    bootstrap = bootstrap or target.bootstrap
-    if not bootstrap:
-        raise ConfigError(
-            "bootstrap", None, "--bootstrap host:port (or MICROCHECKPOINT_KAFKA_BOOTSTRAP)"
-        )
+    bootstrap = _bootstrap(target, bootstrap)
     try:
         settings = json.loads(config)
     except ValueError as exc:
@@ -805,28 +830,19 @@ def _cycle(
     s3 = target.settings.options(target.storage)
     pipeline = load_pipeline(module, name=pipe.name, s3_options=target.settings.s3_options())
     from microcheckpoint.engine.cycle import run_cycle
-    from microcheckpoint.engine.errors import failure_cause
-    from microcheckpoint.engine.spark import connect_spark, local_spark
 
-    with err.status(f"running one cycle of {pipeline.name}"):
-        spark = connect_spark(remote) if remote else local_spark("local[2]")
-        try:
-            result = run_cycle(
-                spark,
-                pipeline,
-                pipe.config,
-                target.store(),
-                bootstrap=bootstrap,
-                parallelism=parallelism,
-                store_options=s3,
-            )
-        except MicrocheckpointError:
-            raise
-        except Exception as exc:  # a Spark job's failure: name the cause, not the wrapper
-            raise _fail(f"checkpoint failed: {failure_cause(exc)}", 1) from None
-        finally:
-            if not remote:
-                spark.stop()
+    def cycle(spark: Any) -> Any:
+        return run_cycle(
+            spark,
+            pipeline,
+            pipe.config,
+            target.store(),
+            bootstrap=bootstrap,
+            parallelism=parallelism,
+            store_options=s3,
+        )
+
+    result = _with_spark(remote, f"running one cycle of {pipeline.name}", "checkpoint", cycle)
     out.print(
         f"checkpoint {result.checkpoint_id} completed{' (full)' if full else ''}: "
         f"{result.records} records "
@@ -854,6 +870,47 @@ def checkpoint(
 
 # `run` is the older name of `checkpoint` (one cycle now); both take the same options.
 app.command("run", help="One cycle now: recover, trigger, process, complete, notify.")(checkpoint)
+
+
+@app.command()
+@handles_errors
+def audit(
+    ctx: typer.Context,
+    checkpoint: int = typer.Argument(..., help="the epoch (a completed checkpoint id) to replay"),
+    module: str = typer.Option(..., help="module:attribute of the Pipeline"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    bootstrap: str | None = typer.Option(None, help=BOOTSTRAP_HELP),
+    remote: str | None = typer.Option(
+        None, envvar="MICROCHECKPOINT_SPARK_CONNECT", help="sc://host:port of Spark Connect"
+    ),
+) -> None:
+    """Replay epoch CHECKPOINT from its base checkpoint in a sandbox (nothing published,
+    committed or kept) and compare its state per key group and its staged sink parts with
+    what was committed; a difference names the operator, key group and key (or part and
+    row). Exit code 1 when they differ: a function that is not deterministic, or input that
+    changed. Also a restore rehearsal: it reads the base's files and the epoch's records."""
+    from microcheckpoint.ops.audit import audit_epoch, plan_audit
+
+    target: Target = ctx.obj
+    found = _bootstrap(target, bootstrap)
+    pipeline = load_pipeline(module, name=target.pipe.name, s3_options=target.settings.s3_options())
+    store = target.store()
+    plan_audit(store, pipeline, checkpoint)  # bad input: one line, before Spark starts
+    options = target.settings.options(target.storage)
+
+    def replay(spark: Any) -> Any:
+        return audit_epoch(
+            spark, store, pipeline, checkpoint, bootstrap=found, store_options=options
+        )
+
+    done = _with_spark(remote, f"replaying epoch {checkpoint} of {pipeline.name}", "audit", replay)
+    if as_json:
+        _json(done.to_json())
+    else:
+        _print_checks(f"audit of epoch {checkpoint}", done.checks())
+        out.print("DETERMINISTIC" if done.ok else "DIFFERS", markup=False)
+    if not done.ok:
+        raise typer.Exit(1)
 
 
 warm_app = typer.Typer(

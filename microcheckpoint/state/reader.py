@@ -11,6 +11,7 @@ returned as keys. ``read_keyed_table`` gives all of it (``offline.KeyedTable``),
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -22,11 +23,13 @@ from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.chains import key_group_chains, load_key_group
 from microcheckpoint.state.evolution import recorded_descriptors
 from microcheckpoint.state.files import read_rows
+from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.kinds import TIMERS_KEY, is_pseudo_key
 from microcheckpoint.state.offline import KeyedTable, decode_key, table_of
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = [
+    "handle_rows",
     "keyed_state_of",
     "keyed_table_of",
     "read_keyed_state",
@@ -79,12 +82,22 @@ def _rows(
     store: ObjectStore, meta: CheckpointMetadata, uid: str, prefix: str
 ) -> list[tuple[int, str, Any, int]]:
     """``(key group, stored key, value, updated ms)`` of every row ``uid`` holds in ``meta``."""
-    handles = [
-        replace(h, key=(prefix if meta.relative else "") + h.key)
-        for task, ack in meta.acks.items()
-        if task.uid.value == uid
-        for h in ack.handles
-    ]
+    return handle_rows(
+        store,
+        [
+            replace(h, key=(prefix if meta.relative else "") + h.key)
+            for task, ack in meta.acks.items()
+            if task.uid.value == uid
+            for h in ack.handles
+        ],
+    )
+
+
+def handle_rows(
+    store: ObjectStore, handles: Iterable[StateHandle]
+) -> list[tuple[int, str, Any, int]]:
+    """``(key group, stored key, value, updated ms)`` of every row that the state files
+    ``handles`` (one keyed operator's, of all its subtasks) hold, by key group."""
     out = []
     for kg, chain in sorted(key_group_chains(handles).items()):
         for ck, (value, updated) in load_key_group(
