@@ -16,6 +16,7 @@ what another edge refuses.
 | cancel | ``cancel_pipeline`` |
 | pipelines in a root | ``list_pipelines`` |
 | global savepoint / restore | ``take_global_savepoint``, ``plan_global_restore`` + ``apply_global_restore`` |
+| replay audit of epoch N | ``ops.audit.plan_audit`` + ``audit_epoch`` (imported on use: it needs Spark) |
 """
 
 from __future__ import annotations
