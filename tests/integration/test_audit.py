@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,3 +182,36 @@ def test_bad_input_is_one_line_and_changes_nothing(world: World) -> None:
     done = cli(world.env_of("counted"), "audit", "2", "--module", f"{MODULE}:stamped", code=2)
     assert done.stderr.count("\n") == 1 and "stamped" in done.stderr
     assert _files(world.root, world.sink) == before
+
+
+def test_epochs_that_cannot_be_replayed_are_refused_in_one_line(
+    world: World, tmp_path: Path
+) -> None:
+    """On copies of the storage root: a base retention deleted, an at-least-once epoch, the
+    first epoch after a restore. Each is one line, exit 2, and the copy is unchanged."""
+
+    def refused(root: Path, epoch: str, expected: str) -> None:
+        env = {**world.env_of("counted"), "MICROCHECKPOINT_STORAGE": root.as_uri()}
+        before = _files(root)
+        done = cli(env, "audit", epoch, "--module", f"{MODULE}:counted", code=2)
+        assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+        assert _files(root) == before
+
+    def copy(name: str) -> Path:
+        root = tmp_path / name
+        shutil.copytree(world.root, root)
+        return root
+
+    gone = copy("gone")
+    shutil.rmtree(gone / "counted" / "chk-0000000001")
+    refused(gone, "2", "continued from checkpoint 1, which retention deleted")
+    loose = copy("loose")
+    metadata = loose / "counted" / "chk-0000000002" / "_metadata"
+    body = json.loads(metadata.read_text())
+    body["config"]["mode"] = "AT_LEAST_ONCE"
+    metadata.write_text(json.dumps(body))
+    refused(loose, "2", "an exactly-once epoch")
+    restored = copy("restored")
+    env = {**world.env_of("counted"), "MICROCHECKPOINT_STORAGE": restored.as_uri()}
+    cli(env, "restore", "1")
+    refused(restored, "1", "this one began from a restore")
