@@ -358,6 +358,20 @@ def airflow_environment(
                 "password": password,
             }
         ),
+        # The consumer group of dags/wordcount_events.py's watcher. Tansu takes about half
+        # the session timeout to let a consumer join: 6 s makes a watcher's restart 3 s.
+        "AIRFLOW_CONN_WORDCOUNT_EVENTS_WATCH": json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {
+                    "bootstrap.servers": kafka_bootstrap,
+                    "group.id": "microcheckpoint-watch-wordcount_events",
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": "false",
+                    "session.timeout.ms": "6000",
+                },
+            }
+        ),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "PYSPARK_PYTHON": sys.executable,
         "NO_PROXY": "*",

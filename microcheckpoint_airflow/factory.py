@@ -126,6 +126,57 @@ def pipeline_asset(pipeline: str) -> Asset:
     return Asset(uri=f"microcheckpoint://{pipeline}", name=f"microcheckpoint-{pipeline}")
 
 
+def records_asset(spec: PipelineSpec) -> Asset:
+    """The Asset whose watcher wakes an event-driven pipeline (``spec.watch_conn_id``): a
+    Kafka ``MessageQueueTrigger`` on the source topics whose apply function lets through
+    only records that no completed checkpoint holds (``watch.record_arrived``)."""
+    from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
+    from airflow.sdk import AssetWatcher
+
+    topics = list(spec.config.topics)
+    trigger = MessageQueueTrigger(
+        scheme="kafka",
+        topics=topics,
+        kafka_config_id=spec.watch_conn_id,
+        apply_function="microcheckpoint_airflow.watch.record_arrived",
+        apply_function_kwargs={
+            "storage": spec.config.storage,
+            "pipeline": spec.name,
+            "storage_conn_id": spec.storage_conn_id,
+        },
+        poll_timeout=1,
+        poll_interval=0,  # after a skipped record: read the next one at once
+    )
+    return Asset(
+        uri=f"kafka://{spec.watch_conn_id}/{','.join(topics)}",
+        name=f"microcheckpoint-{spec.name}-records",
+        watchers=[AssetWatcher(name=f"{spec.name}_records", trigger=trigger)],
+    )
+
+
+def _schedule(spec: PipelineSpec, data_interval: bool) -> Any:
+    """Every ``interval``; after the upstream stage's checkpoints (``after``); when records
+    arrive (``watch_conn_id``), and then also every ``interval`` when one is set."""
+    config = spec.config
+    every = None if config.interval is None else timedelta(seconds=config.interval)
+    if spec.after is not None:
+        return [pipeline_asset(spec.after)]  # each completed upstream checkpoint
+    if spec.watch_conn_id is not None:
+        if every is None:
+            return [records_asset(spec)]
+        from airflow.timetables.assets import AssetOrTimeSchedule
+        from airflow.timetables.trigger import DeltaTriggerTimetable
+
+        return AssetOrTimeSchedule(
+            timetable=DeltaTriggerTimetable(every), assets=records_asset(spec)
+        )
+    if every is None:
+        return None
+    # Airflow 3 gives a plain timedelta point-in-time runs (start == end); policy
+    # data_interval needs real contiguous intervals, as backfills create them.
+    return DeltaDataIntervalTimetable(every) if data_interval else every
+
+
 def _epoch_tasks(spec: PipelineSpec, spark: Spark, epoch: dict[str, Any]) -> tuple[Any, list[Any]]:
     """The tasks from the Spark epoch on: the epoch task and those whose failure aborts
     the checkpoint."""
@@ -176,14 +227,7 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
     config = spec.config
     timeout_s = config.timeout
     data_interval = config.barrier_policy is BarrierPolicy.DATA_INTERVAL
-    schedule: Any = None
-    if config.interval is not None:
-        # Airflow 3 gives a plain timedelta point-in-time runs (start == end); policy
-        # data_interval needs real contiguous intervals, as backfills create them.
-        every = timedelta(seconds=config.interval)
-        schedule = DeltaDataIntervalTimetable(every) if data_interval else every
-    if spec.after is not None:
-        schedule = [pipeline_asset(spec.after)]  # each completed upstream checkpoint
+    schedule = _schedule(spec, data_interval)
     base_wait = config.effective_max_concurrent > 1 and not data_interval
     one_task = not isinstance(spark, SparkSubmit) and not base_wait
     # The one-task epoch of a pipeline that is no stage waits for min pause and max
@@ -212,6 +256,13 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             f"{'' if gated else 'min pause → max concurrent → '}"
             f"{'inputs aligned (upstream ' + spec.after + ') → ' if spec.after else ''}{steps} (timeout {timeout_s:g}s). Pause this DAG to stop "
             f"triggering; resume from a savepoint with `{spec.restore_dag_id}`."
+            + (
+                f" Runs when records arrive on {', '.join(config.topics)} that no completed "
+                f"checkpoint holds (watcher connection `{spec.watch_conn_id}`)"
+                f"{', and every ' + format(config.interval, 'g') + 's' if config.interval else ''}."
+                if spec.watch_conn_id
+                else ""
+            )
         ),
         **common,
     )
@@ -433,6 +484,15 @@ def _restore_dag(spec: PipelineSpec, common: dict) -> DAG:
             **API_RETRY,
         )
         validate >> suspend >> quiet >> rebase >> resume
+        if spec.watch_conn_id is not None:
+            # An event-driven pipeline runs when a record arrives that no completed
+            # checkpoint holds; its watcher has read the records after the restored point
+            # already, so one run now replays them (a paused DAG runs it when unpaused).
+            from airflow.providers.standard.operators.trigger_dagrun import (
+                TriggerDagRunOperator,
+            )
+
+            resume >> TriggerDagRunOperator(task_id="wake_pipeline", trigger_dag_id=spec.dag_id)
     return dag
 
 

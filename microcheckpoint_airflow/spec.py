@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from microcheckpoint.config import CheckpointConfig
+from microcheckpoint.config import BarrierPolicy, CheckpointConfig
 from microcheckpoint.errors import ConfigError
 from microcheckpoint.ops import Locations, PipelineTarget, StorageSettings, load_pipeline
 from microcheckpoint_airflow.hooks import (
@@ -33,6 +33,11 @@ class PipelineSpec:
         after: for a stage of a multi-stage pipeline (docs/stages.md), the upstream stage's
             pipeline name: this pipeline's DAG runs when that one completes a checkpoint
             (its Asset), instead of at an interval.
+        watch_conn_id: event-driven epochs (docs/airflow.md): a Kafka connection (type
+            ``kafka``; extra ``bootstrap.servers`` and a ``group.id`` of this pipeline's
+            own) whose consumer group watches the source topics (``topics``); the DAG runs
+            when a record arrives that no completed checkpoint holds, and, with an
+            ``interval``, at least that often.
     """
 
     name: str
@@ -45,6 +50,7 @@ class PipelineSpec:
     api_conn_id: str = DEFAULT_API_CONN_ID
     savepoint_roots: tuple[str, ...] = ()
     after: str | None = None
+    watch_conn_id: str | None = None
 
     def __post_init__(self) -> None:
         config = self.config  # validate now: a bad value fails the DAG file's import, loudly
@@ -75,6 +81,30 @@ class PipelineSpec:
                     "no interval for a stage that runs after another (its upstream's "
                     "completed checkpoints schedule it)",
                 )
+
+        if self.watch_conn_id is not None:
+            self._check_watch(config)
+
+    def _check_watch(self, config: CheckpointConfig) -> None:
+        if not isinstance(self.watch_conn_id, str) or not self.watch_conn_id:
+            raise ConfigError("watch_conn_id", self.watch_conn_id, "a Kafka connection id")
+        if self.after is not None:
+            raise ConfigError(
+                "watch_conn_id",
+                self.watch_conn_id,
+                "none for a stage that runs after another (its upstream's checkpoints schedule it)",
+            )
+        if config.barrier_policy is BarrierPolicy.DATA_INTERVAL:
+            raise ConfigError(
+                "watch_conn_id",
+                self.watch_conn_id,
+                "none with barrier_policy data_interval (its epochs follow the schedule's "
+                "intervals)",
+            )
+        if not config.topics:
+            raise ConfigError(
+                "topics", [], "the source topics, in checkpointing, for the watcher to watch"
+            )
 
     @cached_property
     def config(self) -> CheckpointConfig:

@@ -27,6 +27,9 @@ The story, in order (the tests share one Airflow and run top to bottom):
    first stage's Asset events, waits for aligned inputs with its deferrable sensor, and
    counts exactly the true bids per item and window; a global savepoint, more input, then
    a global restore of both stages with other parallelisms gives the true counts again;
+7b. event-driven epochs (dags/wordcount_events.py): with no record no run starts; records
+   produced start runs through the DAG's Kafka AssetWatcher without a schedule tick, which
+   count them exactly, honour the min pause, and stop when the records are processed;
 8. a misspelt key in a trigger's conf (REST API, ``airflow dags trigger``) fails the first
    task of each kind of DAG with a did-you-mean; nothing is stored, nothing is unpaused;
    the edge contract: every DAG's bad trigger input and every page route's bad request is
@@ -85,6 +88,7 @@ INTERVAL_S = 10
 TIMEOUT_S = int(os.environ.get("E2E_TIMEOUT_S", "60"))
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 PER_HOUR = [40, 30, 50]
+EVENTS_MIN_PAUSE_S = 5
 
 
 @dataclass
@@ -96,6 +100,7 @@ class World:
     hourly_topic: str
     slow_flag: Path
     nexmark: dict[str, str]
+    events_topic: str
     lines: list[str] = field(default_factory=list)
     hourly_lines: list[str] = field(default_factory=list)
     savepoint: str = ""
@@ -142,6 +147,9 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client, spark_conne
     with KafkaOffsets(kafka_bootstrap) as kafka:
         for name in nexmark.values():
             kafka.create_topic(name, 2)
+    events_topic = f"e2e-events-{tag}"
+    with KafkaOffsets(kafka_bootstrap) as kafka:
+        kafka.create_topic(events_topic, 2)  # the watcher subscribes to it: it must exist
     lines = wordcount.lines_for(240, seed=31)  # 120 per partition
     wordcount.produce(kafka_bootstrap, topic, lines)
     hourly_lines, stamps = wordcount.hourly_lines(T0, PER_HOUR, seed=40)
@@ -174,6 +182,10 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client, spark_conne
         "NEXMARK_INTERVAL": f"{INTERVAL_S}s",
         "NEXMARK_TIMEOUT": "10min",
         "NEXMARK_RETAINED": "10",
+        # dags/wordcount_events.py (step 7b); paused until then.
+        "WORDCOUNT_EVENTS_TOPIC": events_topic,
+        "WORDCOUNT_EVENTS_MIN_PAUSE": f"{EVENTS_MIN_PAUSE_S}s",
+        "WORDCOUNT_EVENTS_RETAINED": "10",
     }
     airflow = start_airflow(
         tmp / "airflow", kafka_bootstrap, s3_endpoint, env, spark_connect=spark_connect_url
@@ -201,6 +213,7 @@ def world(tmp_path_factory, kafka_bootstrap, s3_endpoint, s3_client, spark_conne
             hourly,
             tmp / "slow-once",
             nexmark,
+            events_topic,
             lines,
             hourly_lines,
         )
@@ -1074,6 +1087,70 @@ def _idle(world: World) -> list[str]:
         lambda: _hourly_state(world),
     )
     return ["wordcount_pipeline", hourly, f"{JOIN}_pipeline", f"{HOT}_pipeline"]
+
+
+def _events_done(world: World, ends: int) -> bool:
+    history = world.history("wordcount_events")
+    latest = history["latest_completed"]
+    if latest is None:
+        return False
+    row = next(r for r in history["checkpoints"] if r["id"] == latest)
+    return row["notified"] and all(end == ends for _, end in row["ranges"].values())
+
+
+def test_records_arriving_start_event_driven_runs_without_a_schedule_tick(world: World):
+    dag = "wordcount_events_pipeline"
+    world.api.wait_dags([dag])
+    world.api.set_paused(dag, False)
+    # Idle: the DAG has no timetable, and its watcher (attached at the next parse, within
+    # the processor's 10 s refresh) sees no record: no run starts.
+    time.sleep(25)
+    assert world.api.runs(dag) == []
+    lines: list[str] = []
+    for seed, count in ((51, 40), (52, 30)):
+        more = wordcount.lines_for(count, seed=seed)
+        wordcount.produce(world.bootstrap, world.events_topic, more, create=False)
+        lines += more
+        end = len(lines) // 2  # produced round robin over 2 partitions
+        wait_for(
+            f"a notified checkpoint of wordcount_events ending at {end}",
+            lambda end=end: _events_done(world, end),
+            240,
+            world.airflow,
+        )
+        counts = read_keyed_state(world.store, "wordcount_events", "word-counts")
+        assert counts == dict(wordcount.expected(lines))
+    # Records that arrive while a run is in flight queue at most one more run. Once the
+    # watcher has read every record and no run is in flight, it stays idle.
+    tps = [TopicPartition(world.events_topic, p) for p in (0, 1)]
+
+    def settled() -> bool:
+        with KafkaOffsets(world.bootstrap) as kafka:
+            read = kafka.committed_group_offsets("microcheckpoint-watch-wordcount_events", tps)
+        runs = world.api.runs(dag)
+        done = all(r["state"] in ("success", "failed") for r in runs)
+        return done and {tp.partition: o for tp, o in read.items()} == {0: 35, 1: 35}
+
+    wait_for("the watcher at the log end and no run in flight", settled, 120, world.airflow)
+    before = len(world.api.runs(dag))
+    time.sleep(15)
+    runs = world.api.runs(dag)
+    assert len(runs) == before
+    # Every run came from the watcher's asset events, none from a schedule tick.
+    assert {r["run_type"] for r in runs} == {"asset_triggered"}, runs
+    assert all(r["state"] == "success" for r in runs), runs
+    # Each checkpoint names its run; consecutive triggers are at least the min pause apart
+    # (from the previous completion, which is later than its trigger).
+    rows = sorted(
+        (r for r in world.history("wordcount_events")["checkpoints"] if r["status"] == "COMPLETED"),
+        key=lambda r: r["id"],
+    )
+    assert {r["labels"]["run_id"] for r in rows} <= {r["dag_run_id"] for r in runs}
+    starts = [r["trigger_time_ms"] for r in rows]
+    assert all(b - a >= EVENTS_MIN_PAUSE_S * 1000 for a, b in itertools.pairwise(starts)), starts
+    # Two bursts: two runs each at most (a record read while a run is in flight queues one).
+    assert 2 <= len(runs) <= 4, [(r["dag_run_id"], r["run_type"]) for r in runs]
+    world.api.set_paused(dag, True)
 
 
 def test_a_misspelt_trigger_key_fails_the_first_task_and_writes_nothing(world: World):
