@@ -232,7 +232,11 @@ def _cleaner(function: KeyedProcessFunction, now_ms: int) -> Callable[[str, Any]
 
 
 def process_subtask(
-    ctx: OperatorContext, fn: Callable[..., Any], subtask: int, table: pa.Table
+    ctx: OperatorContext,
+    fn: Callable[..., Any],
+    subtask: int,
+    table: pa.Table,
+    timer: AckTimer | None = None,
 ) -> pa.Table:
     """Run subtask ``subtask`` of a general keyed operator; returns its outputs.
 
@@ -240,18 +244,21 @@ def process_subtask(
     partition and offset, or a file source's file and row, else by content); 2. the
     subtask's state; 3. the function (``process.run_function``: ``fn(key, rows, state)``, or
     a ``KeyedProcessFunction`` with its states and timers); 4. snapshot and ack.
+
+    ``timer``: the subtask's, when it began before ``table`` was received (a Spark
+    partition's rows); else it begins here.
     """
     with fewer_gc_passes():
-        return _process_subtask(ctx, fn, subtask, table)
+        return _process_subtask(ctx, fn, subtask, table, timer or AckTimer())
 
 
 def _process_subtask(
-    ctx: OperatorContext, fn: Callable[..., Any], subtask: int, table: pa.Table
+    ctx: OperatorContext, fn: Callable[..., Any], subtask: int, table: pa.Table, timer: AckTimer
 ) -> pa.Table:
-    # Step 1 (the subtask's barrier: its sync part starts here)
-    timer = AckTimer()
-    rows = data_rows(table)
-    by_key, kg_of = _by_key_in_arrow(rows, ctx.key) or _by_key(rows, ctx.key)
+    # Step 1 (reading: the rows decoded by key; the sync part starts after it)
+    with timer.reading():
+        rows = data_rows(table)
+        by_key, kg_of = _by_key_in_arrow(rows, ctx.key) or _by_key(rows, ctx.key)
     # Step 2
     function = fn if isinstance(fn, KeyedProcessFunction) else ValueFunction(fn)
     state, task = _subtask_state(ctx, subtask, timer, _cleaner(function, ctx.trigger_time_ms))
@@ -284,17 +291,19 @@ _COMBINE: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.Table:
+def merge_aggregate(
+    ctx: OperatorContext, subtask: int, table: pa.Table, timer: AckTimer | None = None
+) -> pa.Table:
     """Run subtask ``subtask`` of a built-in aggregation; returns ``key, <output column>``.
 
     ``table`` holds one row per touched key with this epoch's aggregate (computed by Spark
     SQL), so the Python work here grows with the keys touched, not with the records.
 
     Steps: 1. canonical keys; 2. restore those keys; 3. combine each with this epoch's
-    aggregate; 4. snapshot and ack.
+    aggregate; 4. snapshot and ack. ``timer`` as in ``process_subtask``.
     """
     with fewer_gc_passes():
-        return _merge_aggregate(ctx, subtask, table)
+        return _merge_aggregate(ctx, subtask, table, timer or AckTimer())
 
 
 class PlacementError(RuntimeError):
@@ -345,10 +354,12 @@ def merge_partition(
     Raises:
         PlacementError: a row of another subtask, or a partition beyond the parallelism.
     """
-    table = _partition_table(ctx, partition, batches, "the aggregation")
+    timer = AckTimer()  # the subtask begins: receiving its rows is its read part
+    with timer.reading():
+        table = _partition_table(ctx, partition, batches, "the aggregation")
     if table is None:
         table = _empty_rows(ctx.key).append_column(AGGREGATE, pa.array([], pa.null()))
-    yield from merge_aggregate(ctx, partition, table).to_batches()
+    yield from merge_aggregate(ctx, partition, table, timer).to_batches()
 
 
 def process_partition(
@@ -364,8 +375,11 @@ def process_partition(
     Raises:
         PlacementError: a row of another subtask, or a partition beyond the parallelism.
     """
-    table = _partition_table(ctx, partition, batches, "the repartition by key")
-    yield from process_subtask(ctx, fn, partition, table or _empty_rows(ctx.key)).to_batches()
+    timer = AckTimer()  # the subtask begins: receiving its rows is its read part
+    with timer.reading():
+        table = _partition_table(ctx, partition, batches, "the repartition by key")
+    rows = table or _empty_rows(ctx.key)
+    yield from process_subtask(ctx, fn, partition, rows, timer).to_batches()
 
 
 def _empty_rows(key: str) -> pa.Table:
@@ -374,14 +388,16 @@ def _empty_rows(key: str) -> pa.Table:
     return pa.table({name: pa.array([], kind) for name, kind in columns.items()})
 
 
-def _merge_aggregate(ctx: OperatorContext, subtask: int, table: pa.Table) -> pa.Table:
-    # Step 1 (the subtask's barrier: its sync part starts here)
-    timer = AckTimer()
-    rows = data_rows(table)
-    keys = rows.column(ctx.key).to_pylist()
-    values = rows.column(AGGREGATE).to_pylist()
-    kgs = rows.column(KG).to_pylist()
-    cks = [canonical_key(k) for k in keys]
+def _merge_aggregate(
+    ctx: OperatorContext, subtask: int, table: pa.Table, timer: AckTimer
+) -> pa.Table:
+    # Step 1 (reading: the rows decoded; the sync part starts after it)
+    with timer.reading():
+        rows = data_rows(table)
+        keys = rows.column(ctx.key).to_pylist()
+        values = rows.column(AGGREGATE).to_pylist()
+        kgs = rows.column(KG).to_pylist()
+        cks = [canonical_key(k) for k in keys]
     # Step 2
     state, task = _subtask_state(ctx, subtask, timer)
     previous = _previous(state, zip(cks, kgs, strict=True))

@@ -159,13 +159,15 @@ def process_partition(
 ) -> pa.Table:
     """Run subtask ``subtask`` of a ``PartitionOperator``; returns its outputs (those of
     ``process_broadcast`` first). Steps as in the module docstring."""
-    # Step 1 (the subtask's barrier: its sync part starts here)
+    # Step 1 (reading: the rows decoded in source order; the sync part starts after it)
     timer = AckTimer()
-    rows = data_rows(table)
-    flags = rows.column(BROADCAST).to_pylist()
-    records = rows.drop_columns([KG, SUBTASK, BROADCAST]).to_pylist()
-    broadcast = sorted((r for r, b in zip(records, flags, strict=True) if b), key=_source_order)
-    main = sorted((r for r, b in zip(records, flags, strict=True) if not b), key=_source_order)
+    with timer.reading():
+        rows = data_rows(table)
+        flags = rows.column(BROADCAST).to_pylist()
+        records = rows.drop_columns([KG, SUBTASK, BROADCAST]).to_pylist()
+        pairs = list(zip(records, flags, strict=True))
+        broadcast = sorted((r for r, b in pairs if b), key=_source_order)
+        main = sorted((r for r, b in pairs if not b), key=_source_order)
     # Step 2
     store = open_store(ctx.store_url, **ctx.store_options)
     states, rescaled_from, _ = _restore(

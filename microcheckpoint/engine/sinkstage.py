@@ -58,15 +58,20 @@ def _row_key(row: dict[str, Any]) -> str:
 
 
 def stage_part(
-    ctx: SinkContext, sink: Sink, part: int, rows: Iterable[dict[str, Any]]
+    ctx: SinkContext,
+    sink: Sink,
+    part: int,
+    rows: Iterable[dict[str, Any]],
+    timer: AckTimer | None = None,
 ) -> Iterator[int]:
     """Pre-commit (or, at least once, publish) subtask ``part``'s rows, then ack.
 
     Rows are staged sorted by their JSON, so a retried task writes the same bytes. Yields
     the number of rows. The ack's sync part is sorting and serializing (or, at least once,
-    publishing), its async part the upload of the staged part.
+    publishing), its async part the upload of the staged part; ``timer`` is the part's when
+    it began before its rows were received and decoded (its read part).
     """
-    timer = AckTimer()
+    timer = timer or AckTimer()
     store = open_store(ctx.store_url, **ctx.store_options)
     ordered = sorted(rows, key=_row_key)
     cid = CheckpointId(ctx.checkpoint_id)
@@ -90,8 +95,10 @@ def stage_part(
 def stage_table(ctx: SinkContext, sink: Sink, part: int, table: pa.Table) -> pa.Table:
     """``stage_part`` for a part's rows as Arrow (the router's marker row is dropped);
     returns one row ``(part, rows)``."""
-    rows = data_rows(table).drop_columns([KG, SUBTASK]).to_pylist()
-    count = next(stage_part(ctx, sink, part, rows))
+    timer = AckTimer()
+    with timer.reading():
+        rows = data_rows(table).drop_columns([KG, SUBTASK]).to_pylist()
+    count = next(stage_part(ctx, sink, part, rows, timer))
     return pa.table({"part": pa.array([part], pa.int32()), "rows": pa.array([count], pa.int64())})
 
 
@@ -112,8 +119,10 @@ def stage_partition(
             f"sink {sink.uid!r}: Spark partition {part} is beyond its {parts} parts "
             "(nothing was written)"
         )
-    rows = [row for batch in batches for row in batch.to_pylist()]
-    count = next(stage_part(ctx, sink, part, rows))
+    timer = AckTimer()
+    with timer.reading():
+        rows = [row for batch in batches for row in batch.to_pylist()]
+    count = next(stage_part(ctx, sink, part, rows, timer))
     yield pa.RecordBatch.from_arrays(
         [pa.array([part], pa.int32()), pa.array([count], pa.int64())], names=["part", "rows"]
     )

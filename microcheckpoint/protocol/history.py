@@ -17,8 +17,9 @@ lives in the JobManager's memory and starts empty after a failover):
   is stopped.
 
 ``checkpoint_detail`` gives one checkpoint with its per-subtask statistics, each subtask's
-end to end (trigger to ack) and the sync and async parts of its snapshot, and their
-min / avg / max per operator (``operators``). Pure reads.
+end to end (trigger to ack), the sync and async parts of its snapshot and its ``phases``,
+their min / avg / max per operator (``operators``), and ``slowest``: the subtask that
+finished last and why (``protocol.slowest``). Pure reads.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import Ack, StopRecord, read
 from microcheckpoint.protocol.records.metadata import read_point_metadata
 from microcheckpoint.protocol.savepoints import list_savepoints
+from microcheckpoint.protocol.slowest import end_to_end_ms, slowest_subtask, subtask_phases
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore
 
@@ -262,10 +264,12 @@ def checkpoint_detail(store: ObjectStore, pipeline: str, checkpoint: int) -> dic
                 "files": len(ack.handles),
                 **(row.get("statistics", {}).get("subtasks", {}).get(str(task), {})),
                 **_ack_times(ack, row.get("trigger_time_ms")),
+                "phases": subtask_phases(ack, row.get("trigger_time_ms")),
             }
             for task, ack in sorted(meta.acks.items(), key=lambda item: str(item[0]))
         ]
         row["operators"] = operator_times(row["subtasks"])
+        row["slowest"] = slowest_subtask(meta.acks, row.get("trigger_time_ms"))
         row["config"] = dict(meta.config)
     return row
 
@@ -273,10 +277,11 @@ def checkpoint_detail(store: ObjectStore, pipeline: str, checkpoint: int) -> dic
 def _ack_times(ack: Ack, trigger_time_ms: int | None) -> dict[str, float | None]:
     """A subtask's end to end (trigger to its ack), and the sync and async parts of its
     snapshot; None where the ack predates them."""
-    end_to_end = None
-    if ack.acked_at_ms is not None and trigger_time_ms is not None:
-        end_to_end = max(0, ack.acked_at_ms - trigger_time_ms)
-    return {"end_to_end_ms": end_to_end, "sync_ms": ack.sync_ms, "async_ms": ack.async_ms}
+    return {
+        "end_to_end_ms": end_to_end_ms(ack, trigger_time_ms),
+        "sync_ms": ack.sync_ms,
+        "async_ms": ack.async_ms,
+    }
 
 
 def operator_times(subtasks: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:

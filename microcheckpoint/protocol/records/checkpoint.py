@@ -168,6 +168,11 @@ class Ack:
     fractional milliseconds and None in acks stored before they existed; ``duration_ms``
     is their sum, rounded. The end to end of a subtask is ``acked_at_ms`` minus the
     checkpoint's trigger time (the history computes it).
+
+    Two more facts place the subtask in that end to end (``protocol.slowest``):
+    ``started_at_ms``, when its code began in its Spark task (ms since the epoch), and
+    ``read_ms``, the time it then spent receiving and decoding its rows (before its sync
+    part). Both are None in acks stored before they existed.
     """
 
     kind: ClassVar[str] = "ack"
@@ -182,6 +187,8 @@ class Ack:
     acked_at_ms: int | None = None
     sync_ms: float | None = None
     async_ms: float | None = None
+    started_at_ms: int | None = None
+    read_ms: float | None = None
 
     @property
     def size(self) -> int:
@@ -201,6 +208,10 @@ class Ack:
             body["sync_ms"] = self.sync_ms
         if self.async_ms is not None:
             body["async_ms"] = self.async_ms
+        if self.started_at_ms is not None:
+            body["started_at_ms"] = self.started_at_ms
+        if self.read_ms is not None:
+            body["read_ms"] = self.read_ms
         return body
 
     @classmethod
@@ -215,6 +226,8 @@ class Ack:
                 None if data.get("acked_at_ms") is None else int(data["acked_at_ms"]),
                 None if data.get("sync_ms") is None else float(data["sync_ms"]),
                 None if data.get("async_ms") is None else float(data["async_ms"]),
+                None if data.get("started_at_ms") is None else int(data["started_at_ms"]),
+                None if data.get("read_ms") is None else float(data["read_ms"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataFormatError(f"ack is malformed: {exc}") from exc

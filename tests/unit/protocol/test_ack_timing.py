@@ -32,6 +32,10 @@ class Clock:
     def perf_counter(self) -> float:
         return self.now
 
+    def time(self) -> float:
+        """The wall clock: the same clock, 1.7e9 s later (a date in 2023)."""
+        return 1_700_000_000.0 + self.now
+
 
 class SlowUploads(FileStore):
     """A file store whose every write takes ``UPLOAD_S`` on the clock (an upload to far
@@ -69,6 +73,26 @@ def test_a_snapshot_counts_the_work_before_it_as_sync_and_its_upload_as_async(
     assert Ack.from_json(ack.to_json()) == ack
     old = {k: v for k, v in ack.to_json().items() if k not in ("sync_ms", "async_ms")}
     assert (Ack.from_json(old).sync_ms, Ack.from_json(old).async_ms) == (None, None)
+
+
+def test_reading_the_rows_is_the_read_part_not_sync_and_the_start_is_wall_time(
+    tmp_path: Path, monkeypatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(ack_timing, "time", clock)
+    timer = AckTimer()  # the subtask's code begins
+    with timer.reading():
+        clock.now += 0.02  # its rows received and decoded
+    clock.now += APPLY_S
+    with timer.uploading():
+        clock.now += UPLOAD_S
+    ack = timer.ack(TaskId.of("op", 1), 2)
+    assert ack.started_at_ms == 1_700_000_100_000
+    assert (ack.read_ms, ack.sync_ms, ack.async_ms) == pytest.approx((20.0, 30.0, 50.0))
+    assert Ack.from_json(ack.to_json()) == ack
+    # Acks stored before the read part and the start existed read them as None.
+    old = {k: v for k, v in ack.to_json().items() if k not in ("started_at_ms", "read_ms")}
+    assert (Ack.from_json(old).started_at_ms, Ack.from_json(old).read_ms) == (None, None)
 
 
 def test_a_subtask_that_uploads_nothing_has_no_async_part() -> None:
