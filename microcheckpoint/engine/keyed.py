@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from microcheckpoint.adapters.stores import open_store
+from microcheckpoint.engine.declining import declining
 from microcheckpoint.engine.gc_pause import fewer_gc_passes
 from microcheckpoint.engine.process import (
     EpochTimes,
@@ -223,6 +225,17 @@ def _snapshot_and_ack(
     record_ack(state.store, Layout(ctx.pipeline), CheckpointId(ctx.checkpoint_id), ack)
 
 
+def _declining(ctx: OperatorContext, subtask: int) -> AbstractContextManager[None]:
+    """The subtask declines its checkpoint when its work raises (``engine.declining``)."""
+    return declining(
+        lambda: open_store(ctx.store_url, **ctx.store_options),
+        ctx.pipeline,
+        ctx.checkpoint_id,
+        ctx.attempt,
+        str(TaskId.of(ctx.uid, subtask)),
+    )
+
+
 def _cleaner(function: KeyedProcessFunction, now_ms: int) -> Callable[[str, Any], Any] | None:
     """How a compaction drops expired entries of ``function``'s TTL states (None: no TTL)."""
     descriptors = {d.name: d for d in function.states}
@@ -248,7 +261,7 @@ def process_subtask(
     ``timer``: the subtask's, when it began before ``table`` was received (a Spark
     partition's rows); else it begins here.
     """
-    with fewer_gc_passes():
+    with fewer_gc_passes(), _declining(ctx, subtask):
         return _process_subtask(ctx, fn, subtask, table, timer or AckTimer())
 
 
@@ -302,7 +315,7 @@ def merge_aggregate(
     Steps: 1. canonical keys; 2. restore those keys; 3. combine each with this epoch's
     aggregate; 4. snapshot and ack. ``timer`` as in ``process_subtask``.
     """
-    with fewer_gc_passes():
+    with fewer_gc_passes(), _declining(ctx, subtask):
         return _merge_aggregate(ctx, subtask, table, timer or AckTimer())
 
 

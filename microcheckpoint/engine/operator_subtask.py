@@ -18,6 +18,7 @@ another.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from microcheckpoint.adapters.stores import open_store
+from microcheckpoint.engine.declining import declining
 from microcheckpoint.engine.operator_state import PartitionContext, PartitionFunction
 from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.errors import IncompatibleCheckpoint, InvalidValue
@@ -159,41 +161,44 @@ def process_partition(
 ) -> pa.Table:
     """Run subtask ``subtask`` of a ``PartitionOperator``; returns its outputs (those of
     ``process_broadcast`` first). Steps as in the module docstring."""
-    # Step 1 (reading: the rows decoded in source order; the sync part starts after it)
-    timer = AckTimer()
-    with timer.reading():
-        rows = data_rows(table)
-        flags = rows.column(BROADCAST).to_pylist()
-        records = rows.drop_columns([KG, SUBTASK, BROADCAST]).to_pylist()
-        pairs = list(zip(records, flags, strict=True))
-        broadcast = sorted((r for r, b in pairs if b), key=_source_order)
-        main = sorted((r for r, b in pairs if not b), key=_source_order)
-    # Step 2
-    store = open_store(ctx.store_url, **ctx.store_options)
-    states, rescaled_from, _ = _restore(
-        store, ctx.uid, ctx.declared, ctx.restore, ctx.parallelism, subtask
-    )
-    # Step 3
-    pctx = PartitionContext(
-        subtask, ctx.parallelism, ctx.trigger_time_ms, states, ctx.declared, rescaled_from
-    )
-    outputs: list[dict[str, Any]] = []
-    if broadcast:
-        pctx.broadcast_writable = True
-        outputs.extend(function.process_broadcast(broadcast, pctx) or ())
-        pctx.broadcast_writable = False
-    outputs.extend(function.process(main, pctx) or ())
-    # Step 4
-    _snapshot_and_ack(
-        store, ctx.pipeline, ctx.checkpoint_id, ctx.attempt, ctx.uid, subtask,
-        ctx.parallelism, pctx.states, timer, ctx.faults,
-    )  # fmt: skip
-    try:
-        return pa.Table.from_pylist(outputs, schema=ctx.output_schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, KeyError) as exc:
-        raise InvalidValue(
-            f"operator {ctx.uid!r} returned rows that do not fit its output_schema: {exc}"
-        ) from exc
+    task = str(TaskId.of(ctx.uid, subtask))
+    opened = functools.partial(open_store, ctx.store_url, **ctx.store_options)
+    with declining(opened, ctx.pipeline, ctx.checkpoint_id, ctx.attempt, task):
+        # Step 1 (reading: the rows decoded in source order; the sync part starts after it)
+        timer = AckTimer()
+        with timer.reading():
+            rows = data_rows(table)
+            flags = rows.column(BROADCAST).to_pylist()
+            records = rows.drop_columns([KG, SUBTASK, BROADCAST]).to_pylist()
+            pairs = list(zip(records, flags, strict=True))
+            broadcast = sorted((r for r, b in pairs if b), key=_source_order)
+            main = sorted((r for r, b in pairs if not b), key=_source_order)
+        # Step 2
+        store = open_store(ctx.store_url, **ctx.store_options)
+        states, rescaled_from, _ = _restore(
+            store, ctx.uid, ctx.declared, ctx.restore, ctx.parallelism, subtask
+        )
+        # Step 3
+        pctx = PartitionContext(
+            subtask, ctx.parallelism, ctx.trigger_time_ms, states, ctx.declared, rescaled_from
+        )
+        outputs: list[dict[str, Any]] = []
+        if broadcast:
+            pctx.broadcast_writable = True
+            outputs.extend(function.process_broadcast(broadcast, pctx) or ())
+            pctx.broadcast_writable = False
+        outputs.extend(function.process(main, pctx) or ())
+        # Step 4
+        _snapshot_and_ack(
+            store, ctx.pipeline, ctx.checkpoint_id, ctx.attempt, ctx.uid, subtask,
+            ctx.parallelism, pctx.states, timer, ctx.faults,
+        )  # fmt: skip
+        try:
+            return pa.Table.from_pylist(outputs, schema=ctx.output_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, KeyError) as exc:
+            raise InvalidValue(
+                f"operator {ctx.uid!r} returned rows that do not fit its output_schema: {exc}"
+            ) from exc
 
 
 def idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallelism: int) -> None:

@@ -46,6 +46,7 @@ from microcheckpoint.engine.api import (
     UnionSource,
     source_event_time,
 )
+from microcheckpoint.engine.declining import declining
 from microcheckpoint.engine.epoch_time import epoch_watermarks, operator_event_options
 from microcheckpoint.engine.event_time import store_watermarks
 from microcheckpoint.engine.filescan import file_frame
@@ -71,6 +72,7 @@ from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
 from microcheckpoint.protocol.coordinator import record_ack
+from microcheckpoint.protocol.declines import DRIVER
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.plan import EpochPlan
 from microcheckpoint.protocol.records import CheckpointMetadata
@@ -458,8 +460,35 @@ def run_epoch(
 
     Steps: 1. the source (or, for an idle epoch, the acks of unchanged state, and done);
     2. the source's ack, sent now (the rest does not wait for it); 3. the stages; 4. the
-    actions: each sink's parts, then the outputs.
+    actions: each sink's parts, then the outputs. When any of them raises, the attempt is
+    declined (``engine.declining``): by the subtask that failed, which wrote its decline
+    first, else by the driver.
     """
+    cid, attempt = plan.checkpoint_id.value, plan.attempt
+    with declining(lambda: store, pipeline.name, cid, attempt, DRIVER):
+        return _run_epoch(
+            spark,
+            pipeline,
+            plan,
+            store,
+            bootstrap=bootstrap,
+            store_options=store_options,
+            collect=collect,
+            faults=faults,
+        )
+
+
+def _run_epoch(
+    spark: Any,
+    pipeline: Pipeline,
+    plan: EpochPlan,
+    store: ObjectStore,
+    *,
+    bootstrap: str,
+    store_options: dict[str, Any] | None,
+    collect: bool,
+    faults: Faults | None,
+) -> EpochResult:
     faults = faults or Faults.from_env()
     options = dict(store_options or {})
     pipeline.use_storage(options)  # one endpoint setting for every S3 client of the run

@@ -9,6 +9,7 @@ through ``Sink.write_at_least_once`` and acks with no handle.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import pyarrow as pa
 
 from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.config import CheckpointingMode
+from microcheckpoint.engine.declining import declining
 from microcheckpoint.engine.routing import KG, SUBTASK, data_rows
 from microcheckpoint.engine.stage_watermarks import checkpoint_watermark
 from microcheckpoint.errors import MetadataFormatError
@@ -71,24 +73,26 @@ def stage_part(
     publishing), its async part the upload of the staged part; ``timer`` is the part's when
     it began before its rows were received and decoded (its read part).
     """
-    timer = timer or AckTimer()
-    store = open_store(ctx.store_url, **ctx.store_options)
-    ordered = sorted(rows, key=_row_key)
-    cid = CheckpointId(ctx.checkpoint_id)
     task = TaskId.of(sink.uid, part)
-    layout = Layout(ctx.pipeline)
-    handles: tuple[StateHandle, ...] = ()
-    if ctx.mode == CheckpointingMode.AT_LEAST_ONCE.value:
-        sink.write_at_least_once(
-            EpochInfo(ctx.pipeline, sink.uid, ctx.checkpoint_id), part, ordered
-        )
-    else:
-        key = layout.sink_part(cid, task, ctx.attempt)
-        data = b"".join(_row_key(r).encode() + b"\n" for r in ordered)
-        with timer.uploading():
-            store.put(key, data)
-        handles = (StateHandle.of(key, data),)
-    record_ack(store, layout, cid, timer.ack(task, ctx.attempt, handles))
+    opened = functools.partial(open_store, ctx.store_url, **ctx.store_options)
+    with declining(opened, ctx.pipeline, ctx.checkpoint_id, ctx.attempt, str(task)):
+        timer = timer or AckTimer()
+        store = open_store(ctx.store_url, **ctx.store_options)
+        ordered = sorted(rows, key=_row_key)
+        cid = CheckpointId(ctx.checkpoint_id)
+        layout = Layout(ctx.pipeline)
+        handles: tuple[StateHandle, ...] = ()
+        if ctx.mode == CheckpointingMode.AT_LEAST_ONCE.value:
+            sink.write_at_least_once(
+                EpochInfo(ctx.pipeline, sink.uid, ctx.checkpoint_id), part, ordered
+            )
+        else:
+            key = layout.sink_part(cid, task, ctx.attempt)
+            data = b"".join(_row_key(r).encode() + b"\n" for r in ordered)
+            with timer.uploading():
+                store.put(key, data)
+            handles = (StateHandle.of(key, data),)
+        record_ack(store, layout, cid, timer.ack(task, ctx.attempt, handles))
     return iter([len(ordered)])
 
 

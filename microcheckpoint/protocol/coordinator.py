@@ -51,6 +51,7 @@ from microcheckpoint.protocol.records import (
     AttemptRecord,
     CancelRecord,
     CheckpointMetadata,
+    DeclineRecord,
     NotifiedRecord,
     OutcomeRecord,
     PendingRecord,
@@ -479,10 +480,17 @@ class CheckpointCoordinator:
         key = self.layout.outcome(cid)
         return self.records.get(key, lambda: read(self.store, key, OutcomeRecord))
 
-    def abort(self, cid: CheckpointId, reason: AbortReason, detail: str = "") -> AbortOutcome:
-        """Decide ABORTED for ``cid`` unless an outcome was decided already."""
+    def abort(
+        self,
+        cid: CheckpointId,
+        reason: AbortReason,
+        detail: str = "",
+        decline: DeclineRecord | None = None,
+    ) -> AbortOutcome:
+        """Decide ABORTED for ``cid`` unless an outcome was decided already (``decline``:
+        the task that declined it, kept in the outcome with its cause)."""
         self._planned.pop(cid, None)  # decided either way: its acks are not worth reading
-        body = OutcomeRecord.aborted(reason, detail, self.now_ms(), self.token)
+        body = OutcomeRecord.aborted(reason, detail, self.now_ms(), self.token, decline)
         if self._write_once(self.layout.outcome(cid), body, encode(body)) is WriteOutcome.OK:
             log.warning(
                 "checkpoint %s of %s aborted: %s %s",
@@ -524,8 +532,10 @@ class CheckpointCoordinator:
             is AbortOutcome.ABORTED
         ]
 
-    def abort_declined(self, cid: CheckpointId, detail: str) -> AbortOutcome:
-        return self.abort(cid, AbortReason.DECLINED, detail)
+    def abort_declined(
+        self, cid: CheckpointId, detail: str, decline: DeclineRecord | None = None
+    ) -> AbortOutcome:
+        return self.abort(cid, AbortReason.DECLINED, detail, decline)
 
     def expire_if_late(
         self, cid: CheckpointId, view: PipelineView | None = None

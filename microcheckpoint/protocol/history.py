@@ -9,6 +9,8 @@ lives in the JobManager's memory and starts empty after a failover):
 - ``checkpoints``: one row per checkpoint still in storage, newest first: id, status,
   acknowledged n of N, attempt (from 1), trigger time, latest ack, end-to-end duration,
   checkpointed (incremental) and full size, records, offset ranges, abort reason and detail,
+  the task that failed it and the cause (``failed_task``, ``cause``: of an aborted
+  checkpoint a task declined, or of a pending one whose current attempt was declined),
   the labels its trigger recorded. A checkpoint whose files cannot be read is one row with
   its ``error``; it never hides the others;
 - ``summary``: min / avg / max / p99 of the completed checkpoints' duration, sizes and
@@ -30,6 +32,7 @@ from typing import Any
 
 from microcheckpoint.errors import CheckpointNotFound, MicrocheckpointError
 from microcheckpoint.ids import CheckpointId
+from microcheckpoint.protocol.declines import stored_decline
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import Ack, StopRecord, read
 from microcheckpoint.protocol.records.metadata import read_point_metadata
@@ -92,6 +95,8 @@ def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
                 detail=outcome.detail,
                 end_time_ms=outcome.at_ms,
             )
+            if outcome.task is not None:
+                row.update(failed_task=outcome.task, cause=outcome.cause)
         if record.status is CheckpointStatus.COMPLETED:
             meta = view.metadata(cid)
             stats = {} if meta.statistics is None else meta.statistics.to_json()
@@ -111,6 +116,9 @@ def _row(view: PipelineView, cid: CheckpointId) -> dict[str, Any]:
             row["acknowledged"], row["latest_ack_ms"] = None, None
         else:
             row["acknowledged"], row["latest_ack_ms"] = _acks(view, cid, record.attempt)
+            declined = stored_decline(view, cid)
+            if declined is not None:  # its run failed; the next run re-runs it
+                row.update(failed_task=declined.task, cause=declined.cause)
     except (MicrocheckpointError, OSError, ValueError, KeyError, TypeError) as exc:
         # A corrupt or unreadable checkpoint is one row with its error, never a failed page.
         row["error"] = f"{type(exc).__name__}: {exc}"
@@ -167,7 +175,7 @@ def _latest(rows: list[dict[str, Any]], status: str) -> dict[str, Any] | None:
     row = next((r for r in rows if r["status"] == status), None)
     if row is None:
         return None
-    keep = ("id", "reason", "detail", "labels", "error")
+    keep = ("id", "reason", "detail", "failed_task", "cause", "labels", "error")
     return {
         **{k: row[k] for k in keep if k in row},
         "time_ms": row.get("end_time_ms") or row.get("trigger_time_ms"),

@@ -7,6 +7,7 @@
 - ``_attempt-<k>`` one marker per processing attempt after the first (attempt 1 is
   implicit); acks of older attempts are discarded
 - ``acks/<k>/<uid#subtask>.json`` one ack per task and attempt, written put-if-absent
+- ``_declined-<k>`` the first task of attempt k that failed, and its cause (put-if-absent)
 - ``_outcome``   COMPLETED or ABORTED (with the reason), written put-if-absent: one outcome only
 - ``_metadata``  the completed checkpoint, written put-if-absent: the commit point (I2)
 - ``_notified``  notify (group offsets, retention) finished
@@ -29,6 +30,7 @@ OUTCOME = "_outcome"
 METADATA = "_metadata"
 NOTIFIED = "_notified"
 ATTEMPT_PREFIX = "_attempt-"
+DECLINED_PREFIX = "_declined-"
 PROTOCOL_FILES = frozenset({PENDING, OUTCOME, METADATA, NOTIFIED})
 
 
@@ -56,6 +58,9 @@ class Layout:
 
     def attempt(self, cid: CheckpointId, attempt: int) -> str:
         return self.chk(cid) + f"{ATTEMPT_PREFIX}{attempt:05d}"
+
+    def declined(self, cid: CheckpointId, attempt: int) -> str:
+        return self.chk(cid) + f"{DECLINED_PREFIX}{attempt:05d}"
 
     def acks(self, cid: CheckpointId, attempt: int) -> str:
         return self.chk(cid) + f"acks/{attempt:05d}/"

@@ -24,6 +24,7 @@ from microcheckpoint.config import BarrierPolicy
 from microcheckpoint.errors import CheckpointNotFound, CommitConflict, ConfigError
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.declines import stored_decline
 from microcheckpoint.protocol.records import AbortReason, CheckpointMetadata
 from microcheckpoint.protocol.records.alignment import Alignment
 from microcheckpoint.protocol.records.interval import DataInterval
@@ -261,15 +262,24 @@ def abort_failed_run(
 ) -> None:
     """After a failed step: abort ``cid`` (EXPIRED past the timeout, else DECLINED).
 
-    Steps: 1. abort every expired checkpoint; 2. decline ``cid`` if it is still pending;
-    3. raise ``TooManyFailures`` when consecutive failures now exceed the tolerance.
+    ``detail`` is what the edge knows (``a task of Airflow run X failed``); when a task of
+    the current attempt declined the checkpoint (``protocol.declines``), the abort names
+    that task and its cause instead: ``task word-counts#1: ValueError: bad row 3``.
+
+    Steps: 1. abort every expired checkpoint; 2. decline ``cid`` if it is still pending,
+    with the task that declined it; 3. raise ``TooManyFailures`` when consecutive failures
+    now exceed the tolerance.
     """
     # Step 1
     coordinator.abort_expired()
     # Step 2
     if cid is not None:
-        record = coordinator.view().records.get(cid)
+        view = coordinator.view()
+        record = view.records.get(cid)
         if record is not None and record.status is CheckpointStatus.PENDING:
-            coordinator.abort_declined(cid, detail)
+            declined = stored_decline(view, cid)
+            if declined is not None:
+                detail = declined.detail
+            coordinator.abort_declined(cid, detail, declined)
     # Step 3
     coordinator.ensure_can_continue()

@@ -10,6 +10,7 @@ carries its own format name and version.
 | ``PendingRecord`` | ``chk-<n>/_pending`` | put-if-absent: allocates n, holds barrier n |
 | ``AttemptRecord`` | ``chk-<n>/_attempt-<k>`` | put-if-absent: attempt k began |
 | ``Ack`` | ``chk-<n>/acks/<k>/<uid#i>.json`` | put-if-absent: one per task and attempt |
+| ``DeclineRecord`` | ``chk-<n>/_declined-<k>`` | put-if-absent: the first task of attempt k that failed |
 | ``OutcomeRecord`` | ``chk-<n>/_outcome`` | put-if-absent: COMPLETED or ABORTED, once |
 | ``NotifiedRecord`` | ``chk-<n>/_notified`` | put: notify finished |
 | ``RestoreMarker`` | ``<pipeline>/_restore`` | put: the pipeline is re-based on a point |
@@ -22,6 +23,7 @@ from microcheckpoint.protocol.records.checkpoint import (
     AbortReason,
     Ack,
     AttemptRecord,
+    DeclineRecord,
     NotifiedRecord,
     Outcome,
     OutcomeRecord,
@@ -48,6 +50,7 @@ __all__ = [
     "AbortReason",
     "Ack",
     "AttemptRecord",
+    "DeclineRecord",
     "CancelRecord",
     "CheckpointMetadata",
     "ClaimMode",

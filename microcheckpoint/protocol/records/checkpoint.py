@@ -19,6 +19,7 @@ __all__ = [
     "AbortReason",
     "Ack",
     "AttemptRecord",
+    "DeclineRecord",
     "NotifiedRecord",
     "Outcome",
     "OutcomeRecord",
@@ -234,11 +235,54 @@ class Ack:
 
 
 @dataclass(frozen=True)
+class DeclineRecord:
+    """``_declined-<k>``: a task of attempt k failed, and why (Flink's DeclineCheckpoint).
+
+    ``task`` is a subtask (``word-counts#1``) or ``driver``: the epoch's driver, for a
+    failure outside every subtask. ``cause`` is one line, ``ValueError: bad row 3``. Only
+    the first decline of an attempt is kept (put-if-absent).
+    """
+
+    kind: ClassVar[str] = "_declined"
+
+    task: str
+    attempt: int
+    cause: str
+    at_ms: int = 0
+    writer: str = ""
+
+    @property
+    def detail(self) -> str:
+        """What an abort and the history say: ``task word-counts#1: ValueError: bad row 3``."""
+        return f"task {self.task}: {self.cause}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "attempt": self.attempt,
+            "cause": self.cause,
+            "at_ms": self.at_ms,
+            "writer": self.writer,
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> DeclineRecord:
+        return cls(
+            str(body["task"]),
+            int(body["attempt"]),
+            str(body.get("cause", "")),
+            int(body.get("at_ms", 0)),
+            str(body.get("writer", "")),
+        )
+
+
+@dataclass(frozen=True)
 class OutcomeRecord:
     """``_outcome``: the one decision about a checkpoint.
 
     COMPLETED carries the attempt whose acks complete it (``_metadata`` follows);
-    ABORTED carries the reason and a detail for people.
+    ABORTED carries the reason and a detail for people, and, when a task declined it, that
+    task and its cause (None in outcomes stored before they existed, or without a decline).
     """
 
     kind: ClassVar[str] = "_outcome"
@@ -249,6 +293,8 @@ class OutcomeRecord:
     attempt: int | None = None
     reason: AbortReason | None = None
     detail: str = ""
+    task: str | None = None
+    cause: str | None = None
 
     @property
     def completed(self) -> bool:
@@ -259,8 +305,25 @@ class OutcomeRecord:
         return cls(Outcome.COMPLETED, at_ms, writer, attempt=attempt)
 
     @classmethod
-    def aborted(cls, reason: AbortReason, detail: str, at_ms: int, writer: str) -> OutcomeRecord:
-        return cls(Outcome.ABORTED, at_ms, writer, reason=reason, detail=detail)
+    def aborted(
+        cls,
+        reason: AbortReason,
+        detail: str,
+        at_ms: int,
+        writer: str,
+        decline: DeclineRecord | None = None,
+    ) -> OutcomeRecord:
+        if decline is None:
+            return cls(Outcome.ABORTED, at_ms, writer, reason=reason, detail=detail)
+        return cls(
+            Outcome.ABORTED,
+            at_ms,
+            writer,
+            reason=reason,
+            detail=detail,
+            task=decline.task,
+            cause=decline.cause,
+        )
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"outcome": self.outcome.value, "at_ms": self.at_ms}
@@ -270,6 +333,8 @@ class OutcomeRecord:
         else:
             body["reason"] = None if self.reason is None else self.reason.value
             body["detail"] = self.detail
+            if self.task is not None:
+                body["task"], body["cause"] = self.task, self.cause
         return body
 
     @classmethod
@@ -284,6 +349,8 @@ class OutcomeRecord:
             attempt=None if attempt is None else int(attempt),
             reason=None if reason is None else AbortReason(reason),
             detail=str(body.get("detail", "")),
+            task=None if body.get("task") is None else str(body["task"]),
+            cause=None if body.get("cause") is None else str(body["cause"]),
         )
 
 
