@@ -63,7 +63,7 @@ from microcheckpoint.ops import (
     take_savepoint,
 )
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
-from microcheckpoint.protocol.history import checkpoint_history, run_attempt
+from microcheckpoint.protocol.history import checkpoint_detail, checkpoint_history, run_attempt
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.replay import ReplayPoint, Severity
 from microcheckpoint.protocol.savepoints import RestorePoint, resolve_point
@@ -297,6 +297,12 @@ def list_points(
     out.print(table)
     for line in unreadable:
         out.print(f"UNREADABLE {line}", markup=False)
+    for row in history["checkpoints"]:
+        if row.get("failed_task"):
+            out.print(
+                f"checkpoint {row['id']} failed: task {row['failed_task']}: {row['cause']}",
+                markup=False,
+            )
     out.print(f"savepoints: {len(history['savepoints'])}", markup=False)
     for entry in history["savepoints"]:
         url = entry.get("url", entry) if isinstance(entry, dict) else entry
@@ -353,6 +359,11 @@ def show(
         "ranges": {str(tp): [r.start, r.end] for tp, r in sorted(pending.barrier.ranges.items())},
         "labels": pending.labels_json(),
     }
+    # The history's row of it: abort reason and detail, the task that failed it, slowest.
+    row = checkpoint_detail(pipe.store, pipe.name, cid.value)
+    for name in ("reason", "detail", "failed_task", "cause"):
+        if row.get(name) is not None:
+            detail[name] = row[name]
     if cid in view.completed:
         meta = view.metadata(cid)
         max_p = int(meta.config.get("max_parallelism") or 128)
@@ -386,11 +397,16 @@ def show(
             state_files=files,
             statistics={} if meta.statistics is None else meta.statistics.to_json(),
             config=dict(meta.config),
+            slowest=row.get("slowest"),
         )
     if as_json:
         _json(detail)
         return
     out.print(f"checkpoint {cid.value} of {pipe.name}: {detail['status']}", markup=False)
+    if detail.get("failed_task"):
+        out.print(f"failed: task {detail['failed_task']}: {detail['cause']}", markup=False)
+    elif detail.get("reason"):
+        out.print(f"aborted: {detail['reason']} {detail.get('detail', '')}".rstrip(), markup=False)
     offsets = Table(title="offsets (next to read) per partition")
     for column in ("partition", "from", "to"):
         offsets.add_column(column, justify="right")
@@ -411,6 +427,8 @@ def show(
             f"{formatting.size(stats.get('full_size'))}",
             markup=False,
         )
+        out.print(f"slowest: {formatting.slowest(detail['slowest'])}", markup=False)
+        out.print(f"  {formatting.phases((detail['slowest'] or {}).get('phases'))}", markup=False)
 
 
 @app.command()

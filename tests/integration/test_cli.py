@@ -101,3 +101,54 @@ def test_the_cli_lists_shows_savepoints_verifies_exports_restores_and_runs(
 
 def as_json_code(env: dict[str, str], code: int, *args: str) -> dict:
     return json.loads(cli(env, *args, "--json", code=code).stdout)
+
+
+PHASES = ["waiting to start", "read", "keyed", "snapshot upload", "ack"]
+
+
+def test_show_names_the_slowest_subtask_and_a_failed_run_names_the_task_and_cause(
+    tmp_path: Path, kafka_bootstrap: str, spark_connect_url: str
+) -> None:
+    """Issue 29, item 5, through the console script on real runs."""
+    from microcheckpoint import formatting
+    from microcheckpoint.protocol.history import checkpoint_detail
+    from microcheckpoint.storage import FileStore
+
+    topic = f"cli-slow-{uuid.uuid4().hex[:6]}"
+    wordcount.produce(kafka_bootstrap, topic, wordcount.lines_for(30, seed=4))
+    storage = (tmp_path / "chk").as_uri()
+    env = {**cli_env(storage, topic, kafka_bootstrap, spark_connect_url), "FAILING_TOPIC": topic}
+    cli(env, "run", "--module", "examples.wordcount:pipeline")
+
+    # The subtask that acked last, its five phases adding up to its end to end, and why.
+    slowest = as_json(env, "show", "1")["slowest"]
+    detail = checkpoint_detail(FileStore(storage), "wordcount", 1)
+    assert slowest == detail["slowest"]
+    last = max(detail["subtasks"], key=lambda s: s["end_to_end_ms"])
+    assert slowest["task"] == last["task"]
+    assert slowest["end_to_end_ms"] == last["end_to_end_ms"] > 0
+    assert sorted(slowest["phases"]) == sorted(PHASES)  # --json sorts the keys
+    assert None not in slowest["phases"].values()
+    # They add up to it, within 1 ms: the start and the ack are stamped in whole ms.
+    assert sum(slowest["phases"].values()) == pytest.approx(slowest["end_to_end_ms"], abs=1)
+    assert slowest["why"] == max(PHASES, key=lambda p: slowest["phases"][p])
+    assert slowest["why_ms"] == slowest["phases"][slowest["why"]]
+    text = cli(env, "show", "1").stdout.splitlines()
+    assert f"slowest: {formatting.slowest(slowest)}" in text
+    assert f"  {formatting.phases({p: slowest['phases'][p] for p in PHASES})}" in text
+
+    # A run whose keyed function raises: the checkpoint is declined by the subtask that
+    # failed, with the worker's exception, in list and show (the next run re-runs it).
+    failing = {**env, "MICROCHECKPOINT_PIPELINE": "failing"}
+    failed = cli(failing, "run", "--module", "tests.integration.failing_pipeline:pipeline", code=1)
+    assert failed.stderr == "microcheckpoint: checkpoint failed: ValueError: bad row 3\n"
+    row = as_json(failing, "list")["checkpoints"][0]
+    assert row["failed_task"] in {"fails#0", "fails#1"}
+    assert (row["id"], row["status"], row["cause"]) == (1, "PENDING", "ValueError: bad row 3")
+    shown = as_json(failing, "show", "1")
+    assert (shown["failed_task"], shown["cause"]) == (row["failed_task"], "ValueError: bad row 3")
+    line = f"checkpoint 1 failed: task {row['failed_task']}: ValueError: bad row 3"
+    assert line in cli(failing, "list").stdout.splitlines()
+    assert f"failed: task {row['failed_task']}: ValueError: bad row 3" in (
+        cli(failing, "show", "1").stdout.splitlines()
+    )
