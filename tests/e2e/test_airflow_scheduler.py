@@ -796,6 +796,19 @@ def test_checkpoint_details_show_each_subtasks_sync_and_async_parts(world: World
             assert shown == {k: s[k] for k in ("end_to_end_ms", "sync_ms", "async_ms")}
             assert row.locator("td[data-part=end_to_end_ms]").inner_text() != "0 ms"
         assert page.locator("tr[data-operator]").count() == len(by_uid)
+        # The subtask that finished last, its phases adding up to its end to end, and why.
+        slowest = json.loads(body)["slowest"]
+        last = max(subtasks, key=lambda s: s["end_to_end_ms"])
+        assert (slowest["task"], slowest["end_to_end_ms"]) == (last["task"], last["end_to_end_ms"])
+        assert sum(slowest["phases"].values()) == pytest.approx(last["end_to_end_ms"], abs=1)
+        assert slowest["why"] == max(slowest["phases"], key=slowest["phases"].get)
+        panel = page.locator(f"[data-slowest='{slowest['task']}']")
+        assert panel.get_attribute("data-why") == slowest["why"]
+        shown = panel.locator("td[data-ms]").evaluate_all(
+            "tds => Object.fromEntries(tds.map(td => [td.dataset.part, +td.dataset.ms]))"
+        )
+        assert shown == {"end_to_end_ms": slowest["end_to_end_ms"], **slowest["phases"]}
+        assert panel.locator("strong").inner_text() == slowest["why"]
 
 
 def test_stored_timestamps_prove_min_pause_and_max_concurrent(world: World):

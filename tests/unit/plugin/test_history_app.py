@@ -176,3 +176,50 @@ def test_a_checkpoints_details_show_each_subtasks_times_and_per_operator(h) -> N
         ("async_ms", "0.25", "0.25 ms"),
     ]
     assert re.findall(r'<tr data-operator="([^"]+)">', page) == sorted(detail["operators"])
+
+
+def test_a_checkpoints_details_name_the_slowest_subtask_and_a_failed_task(h) -> None:
+    coord = h.coordinator(retained=10)
+    meta = h.epoch(coord, {TP0: 3, TP1: 3})
+    detail = checkpoint_detail(h.store, "pipe", meta.checkpoint_id.value)
+    phases = {
+        "waiting to start": 700.0,
+        "read": 118.0,
+        "keyed": 50.0,
+        "snapshot upload": 30.0,
+        "ack": 2.0,
+    }
+    detail["slowest"] = {
+        "task": "agg#0",
+        "end_to_end_ms": 900,
+        "phases": phases,
+        "why": "waiting to start",
+        "why_ms": 700.0,
+    }
+    page = render_page(["pipe"], "pipe", checkpoint_history(h.store, "pipe"), detail=detail)
+    panel = re.search(
+        r'<div class="panel" data-slowest="agg#0" data-why="waiting to start">(.*?)</div>',
+        page,
+        re.S,
+    )
+    assert panel is not None
+    cells = re.findall(
+        r'<td class="r" data-part="([\w ]+)" data-ms="([^"]+)">([^<]*)</td>', panel[1]
+    )
+    assert cells == [
+        ("end_to_end_ms", "900", "900 ms"),
+        ("waiting to start", "700.0", "700 ms"),
+        ("read", "118.0", "118 ms"),
+        ("keyed", "50.0", "50 ms"),
+        ("snapshot upload", "30.0", "30 ms"),
+        ("ack", "2.0", "2 ms"),
+    ]
+    assert "<strong>waiting to start</strong> (700 ms)" in panel[1]
+    # A failed checkpoint names the task and the cause above its details.
+    failed = {"id": 2, "status": "ABORTED", "reason": "DECLINED", "detail": "task agg#1: E: x",
+              "failed_task": "agg#1", "cause": "ValueError: bad row 3"}  # fmt: skip
+    page = render_page(["pipe"], "pipe", checkpoint_history(h.store, "pipe"), detail=failed)
+    assert (
+        '<div class="warn err" data-failed-task="agg#1">Failed: task <code>agg#1</code>: '
+        "ValueError: bad row 3</div>"
+    ) in page
