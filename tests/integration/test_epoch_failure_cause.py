@@ -8,7 +8,8 @@ is ``PythonException()``, with the worker's traceback in its text;
 - Through Airflow: the pipeline's DAG (``failing_dag.py``) runs one epoch with
   ``dag.test()`` (Airflow's own task execution, against Tansu and SeaweedFS) as a client of the
   Spark Connect server, as ``make demo`` does. The epoch task fails with exactly
-  ``checkpoint 1: ValueError: bad row 3``, and the checkpoint is aborted.
+  ``checkpoint 1: ValueError: bad row 3``, and the checkpoint is aborted as DECLINED by
+  the subtask that raised: ``task fails#1: ValueError: bad row 3``.
 - In-process Spark (the other mode of the same operator): the engine's cycle on the
   session's local Spark raises a captured ``PythonException`` that names the same cause.
 """
@@ -75,6 +76,15 @@ def test_the_epoch_task_fails_naming_the_workers_exception(
     assert failures == ["checkpoint 1: ValueError: bad row 3"]
     history = checkpoint_history(S3Store(s3_client, s3_bucket, "failing"), "failing")
     assert [(r["id"], r["status"]) for r in history["checkpoints"]] == [(1, "ABORTED")]
+    # The abort names the subtask that declined it and the worker's exception.
+    row = history["checkpoints"][0]
+    assert row["failed_task"] in {"fails#0", "fails#1"}
+    assert {k: row[k] for k in ("reason", "detail", "cause")} == {
+        "reason": "DECLINED",
+        "detail": f"task {row['failed_task']}: ValueError: bad row 3",
+        "cause": "ValueError: bad row 3",
+    }
+    assert history["latest"]["failed"]["failed_task"] == row["failed_task"]
 
 
 def test_in_process_spark_failure_names_the_workers_exception(
