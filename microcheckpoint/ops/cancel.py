@@ -22,6 +22,7 @@ from microcheckpoint.config import ExternalizedCleanup
 from microcheckpoint.errors import ConfigError
 from microcheckpoint.ops.target import PipelineTarget
 from microcheckpoint.protocol.records import AbortReason, CancelRecord, encode
+from microcheckpoint.protocol.restores import newest_completed, record_cancel
 from microcheckpoint.protocol.view import CheckpointStatus
 
 __all__ = ["cancel_pipeline", "cleanup_policy"]
@@ -64,7 +65,9 @@ def cancel_pipeline(
     scheduler (the Airflow DAG, when the edge can reach it); 4. abort every checkpoint in
     flight as CANCELLED (a running epoch's late acks are discarded and its task fails);
     5. by the policy, keep the completed checkpoints or delete every checkpoint's files;
-    6. write ``_cancelled``. A restore (``restore_pipeline``) starts the pipeline again.
+    6. write ``_cancelled``; 7. append the cancel's event to the pipeline's restores
+    history (``protocol.restores``). A restore (``restore_pipeline``) starts the pipeline
+    again.
 
     Raises:
         ConfigError: an unknown policy.
@@ -86,6 +89,7 @@ def cancel_pipeline(
             aborted.append(cid.value)
     view = coord.view()
     highest = view.max_id.value if view.max_id else 0
+    newest = newest_completed(view)  # for the event: read before step 5 deletes anything
     # Step 5: the cleanup policy.
     deleted = 0
     retained: tuple[int, ...] = tuple(c.value for c in view.completed)
@@ -113,4 +117,6 @@ def cancel_pipeline(
         labels=dict(labels or {}),
     )
     coord.store.put(coord.layout.cancelled, encode(record))
+    # Step 7: the durable row (``_cancelled`` holds only the latest cancel).
+    record_cancel(coord.store, coord.layout, newest, record)
     return record

@@ -16,7 +16,9 @@ lives in the JobManager's memory and starts empty after a failover):
 - ``summary``: min / avg / max / p99 of the completed checkpoints' duration, sizes and
   records; ``config``: the settings stored in the latest completed ``_metadata``;
 - ``savepoints`` (URLs) and ``savepoint_details``; the restore marker; whether triggering
-  is stopped.
+  is stopped;
+- ``restores``: every restore, rescale, fallback and cancel, newest first, and
+  ``restores_summary`` (``protocol.restores``, Flink's Rescales tab).
 
 ``checkpoint_detail`` gives one checkpoint with its per-subtask statistics, each subtask's
 end to end (trigger to ack), the sync and async parts of its snapshot and its ``phases``,
@@ -36,6 +38,7 @@ from microcheckpoint.protocol.declines import stored_decline
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import Ack, StopRecord, read
 from microcheckpoint.protocol.records.metadata import read_point_metadata
+from microcheckpoint.protocol.restores import restore_rows, summarize_restores
 from microcheckpoint.protocol.savepoints import list_savepoints
 from microcheckpoint.protocol.slowest import end_to_end_ms, slowest_subtask, subtask_phases
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, scan
@@ -203,6 +206,7 @@ def checkpoint_history(store: ObjectStore, pipeline: str) -> dict[str, Any]:
         except MicrocheckpointError:
             continue
     by_status = [r["status"] for r in rows]
+    restores = restore_rows(store, layout, view)
     return {
         "pipeline": pipeline,
         "storage": store.url,
@@ -242,6 +246,8 @@ def checkpoint_history(store: ObjectStore, pipeline: str) -> dict[str, Any]:
         # what it skipped): the fact must be seen, not only logged.
         "restore_note": None if restore is None or not restore.note else restore.note,
         "stopped": None if stopped is None else stopped.to_json(),
+        "restores": restores,
+        "restores_summary": summarize_restores(restores),
     }
 
 

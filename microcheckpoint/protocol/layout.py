@@ -16,7 +16,9 @@
 ``<pipeline>/_restore`` re-bases the pipeline on a savepoint or checkpoint;
 ``<pipeline>/_failures_reset`` records a person clearing the failure count;
 ``<pipeline>/_stopped`` deactivates triggering (stop with savepoint) until a restore;
-``<pipeline>/savepoints/<name>/`` holds self-contained savepoints.
+``<pipeline>/savepoints/<name>/`` holds self-contained savepoints;
+``<pipeline>/_events/restores/<at_ms>-<writer>`` one restore, rescale, fallback or cancel
+each, written put-if-absent and never rewritten (``protocol.restores``).
 """
 
 from __future__ import annotations
@@ -95,3 +97,12 @@ class Layout:
     @property
     def savepoints(self) -> str:
         return f"{self.pipeline}/savepoints/"
+
+    @property
+    def restore_events(self) -> str:
+        """The folder of the pipeline's restore events (``records.RestoreEvent``)."""
+        return f"{self.pipeline}/_events/restores/"
+
+    def restore_event(self, at_ms: int, writer: str) -> str:
+        """One event's key: the time first (13 digits), so keys sort by time."""
+        return f"{self.restore_events}{at_ms:013d}-{writer}"

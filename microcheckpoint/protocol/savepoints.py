@@ -31,6 +31,7 @@ from microcheckpoint.errors import (
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import (
+    CancelRecord,
     CheckpointMetadata,
     ClaimMode,
     RestoreMarker,
@@ -38,6 +39,7 @@ from microcheckpoint.protocol.records import (
     encode_metadata,
     read_point_metadata,
 )
+from microcheckpoint.protocol.restores import record_restore, subtasks
 from microcheckpoint.protocol.view import PipelineView, scan
 from microcheckpoint.storage.port import ObjectStore, WriteOutcome, write_once
 
@@ -322,7 +324,8 @@ def restore(
 
     Steps: 1. a point in another storage location (another bucket or folder) is first
     copied into this pipeline's ``savepoints/`` as a self-contained savepoint, so its state
-    can be restored and stays while referenced; 2. write ``<pipeline>/_restore``.
+    can be restored and stays while referenced; 2. write ``<pipeline>/_restore``; 3. append
+    the restore's event to the pipeline's restores (``protocol.restores``).
     Checkpoints already stored stay untouched.
     """
     _check_pipeline(point, pipeline)
@@ -353,6 +356,10 @@ def restore(
     )
     # Step 2: the marker.
     store.put(layout.restore, encode(marker))
+    # Step 3: the durable row of the restores history (the marker is overwritten by the next).
+    cancelled = view.marker(layout.cancelled, CancelRecord)
+    floor = max(marker.after_id, cancelled.after_id if cancelled is not None else 0)
+    record_restore(store, layout, view, marker, subtasks(point.metadata), floor)
     return marker
 
 

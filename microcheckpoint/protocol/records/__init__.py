@@ -16,6 +16,7 @@ carries its own format name and version.
 | ``RestoreMarker`` | ``<pipeline>/_restore`` | put: the pipeline is re-based on a point |
 | ``StopRecord`` | ``<pipeline>/_stopped`` | put: triggering stopped until a restore |
 | ``FailuresReset`` | ``<pipeline>/_failures_reset`` | put: a person cleared the failures |
+| ``RestoreEvent`` | ``<pipeline>/_events/restores/<at>-<writer>`` | put-if-absent: one restore, rescale, fallback or cancel |
 | ``CheckpointMetadata`` | ``chk-<n>/_metadata``, savepoint folders | put-if-absent: the commit point |
 """
 
@@ -44,6 +45,7 @@ from microcheckpoint.protocol.records.pipeline import (
     RestoreMarker,
     StopRecord,
 )
+from microcheckpoint.protocol.records.restore_event import EventKind, RestoreEvent
 
 __all__ = [
     "RECORD_VERSION",
@@ -54,11 +56,13 @@ __all__ = [
     "CancelRecord",
     "CheckpointMetadata",
     "ClaimMode",
+    "EventKind",
     "FailuresReset",
     "NotifiedRecord",
     "Outcome",
     "OutcomeRecord",
     "PendingRecord",
+    "RestoreEvent",
     "RestoreMarker",
     "StateHandle",
     "StopRecord",

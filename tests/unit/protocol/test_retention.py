@@ -178,7 +178,12 @@ def test_restored_checkpoint_is_kept_until_a_checkpoint_completes_after_the_rest
     h.epoch(coord, {TP0: 15})
     assert coord.view().completed == [C3]
     assert coord.view().metadata(C3).offsets == {TP0: 15}
-    assert pipeline_keys(h) == completed_keys(h, C3, *own_files(h, C3)) | {h.layout.restore}
+    # The restore's event (the restores history) is never retention's to delete.
+    (event,) = h.keys(h.layout.restore_events)
+    assert pipeline_keys(h) == completed_keys(h, C3, *own_files(h, C3)) | {
+        h.layout.restore,
+        event,
+    }
 
 
 def test_savepoint_folders_are_never_touched(h) -> None:
