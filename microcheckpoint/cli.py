@@ -8,6 +8,7 @@
     microcheckpoint ... savepoint --dispose URL
     microcheckpoint ... cancel [--cleanup DELETE_ON_CANCELLATION]
     microcheckpoint ... restore POINT [--claim] [--parallelism N] [--allow-non-restored-state]
+    microcheckpoint ... restores
     microcheckpoint ... verify POINT [--bootstrap host:port] [--module M:A]
     microcheckpoint ... state export --uid word-counts [--checkpoint 7] --to counts.parquet
     microcheckpoint ... state import --uid word-counts --from counts.parquet [--offsets startup]
@@ -28,6 +29,7 @@ verification or another error, exit code 1. An edge of the project: it parses, c
 from __future__ import annotations
 
 import functools
+import getpass
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -66,6 +68,7 @@ from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.history import checkpoint_detail, checkpoint_history, run_attempt
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.replay import ReplayPoint, Severity
+from microcheckpoint.protocol.restores import CLI_LABEL
 from microcheckpoint.protocol.savepoints import RestorePoint, resolve_point
 from microcheckpoint.protocol.view import scan
 from microcheckpoint.state.verify import Check, dry_run_restore
@@ -159,6 +162,16 @@ class Target:
         )
         dag_id = f"{self.pipe.name}_pipeline"
         return lambda: api.set_paused(dag_id, paused) and None
+
+
+def _cli_labels() -> dict[str, str]:
+    """Who a restore or cancel came from, for its row in the restores history: this
+    command line and the user it runs as (``USER``, ``LOGNAME``; none when unknown)."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        return {"by": CLI_LABEL}
+    return {"by": CLI_LABEL, "user": user}
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -504,7 +517,7 @@ def cancel(
     its checkpoints (never its savepoints). `restore` starts it again."""
     target: Target = ctx.obj
     record = cancel_pipeline(
-        target.known(), cleanup=cleanup, labels={"by": "microcheckpoint CLI"}, pause=target.pause()
+        target.known(), cleanup=cleanup, labels=_cli_labels(), pause=target.pause()
     )
     if as_json:
         _json(record.to_json())
@@ -515,6 +528,65 @@ def cancel(
         f"kept checkpoints: {kept}, deleted {record.deleted} objects",
         markup=False,
     )
+
+
+@app.command("restores")
+@handles_errors
+def restores(
+    ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="print JSON")
+) -> None:
+    """Every restore, rescale, fallback and cancel of the pipeline, newest first (Flink's
+    Rescales tab): when, from which point, parallelism per operator before and after, claim
+    mode, who, records to replay, and the time to the first checkpoint after it."""
+    target: Target = ctx.obj
+    pipe = target.known()
+    history = checkpoint_history(pipe.store, pipe.name)
+    rows, summary = history["restores"], history["restores_summary"]
+    if as_json:
+        _json({"pipeline": pipe.name, "restores": rows, "summary": summary})
+        return
+    table = Table(title=f"restores of {pipe.name} ({history['storage']})")
+    for column in ("time (UTC)", "kind", "from", "claim", "parallelism", "who"):
+        table.add_column(column)
+    for column in ("replay", "first chk", "to first chk"):
+        table.add_column(column, justify="right")
+    unreadable = []
+    for row in rows:
+        if "error" in row:
+            unreadable.append(f"UNREADABLE {row['id']}: {row['error']}")
+            continue
+        first = row.get("first_checkpoint")
+        table.add_row(
+            formatting.timestamp(row.get("at_ms")),
+            row["kind"],
+            formatting.point_name(row.get("from")),
+            row.get("claim_mode") or formatting.NONE,
+            formatting.parallelism_change(
+                row.get("parallelism_before"), row.get("parallelism_after"), row.get("parallelism")
+            ),
+            row.get("who") or formatting.NONE,
+            formatting.NONE
+            if row.get("records_to_replay") is None
+            else str(row["records_to_replay"]),
+            formatting.NONE if first is None else str(first),
+            formatting.duration(row.get("time_to_first_checkpoint_ms")),
+        )
+    out.print(table)
+    for line in unreadable:
+        out.print(line, markup=False)
+    out.print(_restores_summary(summary), markup=False)
+
+
+def _restores_summary(summary: dict[str, Any]) -> str:
+    """``restores: 4 (restore 1, rescale 1, fallback 1, cancel 1); time to the first
+    checkpoint: p50 …, p90 …, max … over 2``."""
+    kinds = ", ".join(f"{kind} {n}" for kind, n in summary["by_kind"].items() if n)
+    line = f"restores: {summary['count']}" + (f" ({kinds})" if kinds else "")
+    times = summary.get("time_to_first_checkpoint_ms")
+    if times:
+        shown = ", ".join(f"{q} {formatting.duration(times[q])}" for q in ("p50", "p90", "max"))
+        line += f"; time to the first checkpoint: {shown} over {times['count']}"
+    return line
 
 
 def _point(target: Target, point: str) -> RestorePoint:
@@ -583,9 +655,7 @@ def restore_point(
     )
     if request.dropped_states:
         err.print(f"states left unread: {', '.join(request.dropped_states)}", markup=False)
-    marker = restore_pipeline(
-        pipe, request, labels={"by": "microcheckpoint CLI"}, timeout_s=timeout
-    )
+    marker = restore_pipeline(pipe, request, labels=_cli_labels(), timeout_s=timeout)
     out.print(f"restored {pipe.name} from {marker.source}", markup=False)
     if marker.note:
         err.print(f"note: {marker.note}", markup=False)

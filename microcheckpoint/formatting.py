@@ -19,7 +19,9 @@ from typing import Any
 __all__ = [
     "NONE",
     "duration",
+    "parallelism_change",
     "phases",
+    "point_name",
     "setting",
     "settings",
     "size",
@@ -175,3 +177,37 @@ def settings(config: Mapping[str, Any]) -> list[tuple[str, str]]:
         known = [default if row[0] == label else row for row in known]
     rest = [setting(name, config[name]) for name in sorted(config) if name not in _SETTINGS]
     return known + rest
+
+
+def parallelism_change(
+    before: Mapping[str, int] | None,
+    after: Mapping[str, int] | None,
+    requested: int | None = None,
+    none: str = NONE,
+) -> str:
+    """A restore's subtasks per operator uid: ``agg 2→3, source 1`` once the parallelism
+    after is known; before it, ``agg 2, source 1 → 3 requested`` (or the parallelism before
+    alone, as for a cancel).
+
+    Edge case: an operator in only one of the two shows ``none`` on its missing side.
+    """
+    if not before and not after:
+        return none if requested is None else f"{none} → {requested} requested"
+    if after is None:
+        text = ", ".join(f"{uid} {n}" for uid, n in sorted((before or {}).items()))
+        return text if requested is None else f"{text} → {requested} requested"
+    parts = []
+    for uid in sorted(set(before or {}) | set(after)):
+        was, now = (before or {}).get(uid), after.get(uid)
+        if was == now:
+            parts.append(f"{uid} {now}")
+        else:
+            parts.append(f"{uid} {none if was is None else was}→{none if now is None else now}")
+    return ", ".join(parts)
+
+
+def point_name(url: str | None, none: str = NONE) -> str:
+    """The last part of a point's folder URL: ``chk-0000000007``, ``savepoint-…``."""
+    if not url:
+        return none
+    return url.rstrip("/").rsplit("/", 1)[-1]

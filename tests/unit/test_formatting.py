@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from microcheckpoint.config import CheckpointConfig
-from microcheckpoint.formatting import NONE, duration, setting, settings, size, span, timestamp
+from microcheckpoint.formatting import (
+    NONE,
+    duration,
+    parallelism_change,
+    point_name,
+    setting,
+    settings,
+    size,
+    span,
+    timestamp,
+)
 
 
 def test_sizes_in_binary_units() -> None:
@@ -79,3 +89,21 @@ def test_settings_read_in_words_and_unknown_ones_keep_their_json() -> None:
     assert list(shown)[-1] == "Future setting" and shown["Future setting"] == '{"a": 1}'
     assert setting("timeout", 600.0) == ("Checkpoint timeout", "10 min")
     assert setting("group_id", "g1") == ("Kafka group id", "g1")
+
+
+def test_a_restores_parallelism_reads_per_operator() -> None:
+    before = {"word-counts": 2, "word-totals": 2, "lines-source": 1}
+    after = {"word-counts": 3, "word-totals": 3, "lines-source": 1}
+    assert parallelism_change(before, after) == "lines-source 1, word-counts 2→3, word-totals 2→3"
+    assert parallelism_change(before, None, 3) == (
+        "lines-source 1, word-counts 2, word-totals 2 → 3 requested"
+    )
+    assert parallelism_change(before, None) == "lines-source 1, word-counts 2, word-totals 2"
+    assert parallelism_change({"a": 1}, {"b": 2}) == f"a 1→{NONE}, b {NONE}→2"
+    assert parallelism_change({}, None) == NONE
+    assert parallelism_change(None, None, 4) == f"{NONE} → 4 requested"
+    assert point_name("s3://b/chk/wordcount/chk-0000000001") == "chk-0000000001"
+    assert point_name("file:///x/savepoints/savepoint-0000000002-ab12cd/") == (
+        "savepoint-0000000002-ab12cd"
+    )
+    assert point_name("") == NONE
