@@ -3,7 +3,8 @@ Jinja2 template (``templates/checkpoints.html``); pure functions, no I/O but the
 
 Flink's Checkpoints tab, with Airflow 3's look: an overview, the latest checkpoints, plots
 of duration, size and records over time (inline SVG), the history with offsets on demand,
-a summary, the configuration in words with units, the savepoints, and one checkpoint's
+a summary, the configuration in words with units, the savepoints, the restores (Flink's
+Rescales tab: every restore, rescale, fallback and cancel), and one checkpoint's
 subtasks with Flink's end to end, sync and async times and their min / avg / max per
 operator. The CSS and the refresh script are files in ``static/``, served by the plugin's
 app (nothing is loaded from elsewhere). Every value reaches the HTML through the
@@ -22,7 +23,15 @@ from urllib.parse import quote, urlencode
 
 import jinja2
 
-from microcheckpoint.formatting import NONE, duration, settings, size, timestamp
+from microcheckpoint.formatting import (
+    NONE,
+    duration,
+    parallelism_change,
+    point_name,
+    settings,
+    size,
+    timestamp,
+)
 
 __all__ = ["STATIC", "TEMPLATES", "render_page"]
 
@@ -179,6 +188,42 @@ def _summary(data: Mapping[str, Any]) -> list[dict]:
     return rows
 
 
+def _restores(data: Mapping[str, Any]) -> list[dict]:
+    """The Restores table's rows, newest first (Flink's Rescales tab); an unreadable event
+    is its error only."""
+    rows = []
+    for r in data.get("restores") or []:
+        if "error" in r:
+            rows.append(r)
+            continue
+        before, after = r.get("parallelism_before"), r.get("parallelism_after")
+        rows.append(
+            {
+                **r,
+                "point": point_name(r.get("from")),
+                "parallelism_text": parallelism_change(before, after, r.get("parallelism")),
+                "run": run_link(r.get("labels")),
+            }
+        )
+    return rows
+
+
+def _restores_summary(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The line under the Restores table: counts per kind and the time to the first
+    checkpoint's p50 / p90 / max (None: no restores)."""
+    summary = data.get("restores_summary")
+    if not summary or not summary.get("count"):
+        return None
+    kinds = [f"{kind} {n}" for kind, n in summary["by_kind"].items() if n]
+    times = summary.get("time_to_first_checkpoint_ms")
+    return {
+        "count": summary["count"],
+        "kinds": ", ".join(kinds),
+        "times": None if not times else [(q, duration(times[q])) for q in ("p50", "p90", "max")],
+        "timed": 0 if not times else times["count"],
+    }
+
+
 def _view(data: Mapping[str, Any], current: str) -> dict[str, Any]:
     counts = data["counts"]
     shown = COUNTS + ([("unreadable", "Unreadable")] if counts.get("unreadable") else [])
@@ -191,6 +236,8 @@ def _view(data: Mapping[str, Any], current: str) -> dict[str, Any]:
         "summary": _summary(data),
         "settings": settings(data.get("config") or {}),
         "savepoints": [{**s, "run": run_link(s.get("labels"))} for s in data["savepoint_details"]],
+        "restores": _restores(data),
+        "restores_summary": _restores_summary(data),
     }
 
 

@@ -223,3 +223,67 @@ def test_a_checkpoints_details_name_the_slowest_subtask_and_a_failed_task(h) -> 
         '<div class="warn err" data-failed-task="agg#1">Failed: task <code>agg#1</code>: '
         "ValueError: bad row 3</div>"
     ) in page
+
+
+def test_the_restores_section_lists_each_restore_and_cancel_with_what_followed(
+    h, monkeypatch
+) -> None:
+    from types import SimpleNamespace
+
+    from microcheckpoint.formatting import NONE
+    from microcheckpoint.ops import cancel_pipeline
+    from microcheckpoint.protocol import savepoints
+    from tests.unit.ops.test_operations import target
+    from tests.unit.protocol.test_restores import CLI, epoch, restore
+
+    monkeypatch.setattr(savepoints, "time", SimpleNamespace(time=lambda: h.t[0]))
+    empty = render_page(["pipe"], "pipe", checkpoint_history(h.store, "pipe"))
+    assert 'data-restores="0"' in empty and "data-restores-summary" not in empty
+    epoch(h, 10, 2)
+    epoch(h, 25, 2)
+    h.t[0] = 1010.0
+    restore(h, "1", {"dag_id": "pipe_restore", "run_id": "manual__1"}, parallelism=3)
+    h.t[0] = 1020.0
+    epoch(h, 30, 3)
+    h.t[0] = 1030.0
+    cancel_pipeline(target(h, retained=5), labels=CLI, now=lambda: h.t[0])
+    page = render_page(["pipe"], "pipe", checkpoint_history(h.store, "pipe"))
+    rows = re.findall(r'<tr data-restore="[^"]+" data-kind="(\w+)">(.*?)</tr>', page, re.S)
+    assert [kind for kind, _ in rows] == ["cancel", "rescale"]
+    cells = [
+        re.sub(r"<[^>]+>", "", c).strip()
+        for c in re.findall(r"<td[^>]*>(.*?)</td>", rows[1][1], re.S)
+    ]
+    assert cells == [
+        "1970-01-01 00:16:50",
+        "rescale",
+        "chk-0000000001",
+        "NO_CLAIM",
+        "agg 2→3, source 1",
+        "manual__1",  # the Airflow run, linked
+        "15",
+        "#3",
+        "12.5 s",
+        "",
+    ]
+    assert '<a href="/dags/pipe_restore/runs/manual__1"' in rows[1][1]
+    assert 'data-ms="12500"' in rows[1][1]
+    cancel = [
+        re.sub(r"<[^>]+>", "", c).strip()
+        for c in re.findall(r"<td[^>]*>(.*?)</td>", rows[0][1], re.S)
+    ]
+    assert cancel[1:8] == [
+        "cancel",
+        "chk-0000000003",
+        NONE,
+        "agg 3, source 1",
+        "cli:alice",
+        NONE,
+        NONE,
+    ]
+    assert cancel[9] == "RETAIN_ON_CANCELLATION; aborted: none; deleted 0 objects"
+    summary = re.search(r"<p class=\"muted\" data-restores-summary>(.*?)</p>", page, re.S)
+    assert summary is not None and summary.group(1) == (
+        "2 in all: rescale 1, cancel 1 · time to the first checkpoint after a restore: "
+        "p50 12.5 s, p90 12.5 s, max 12.5 s (over 1)"
+    )
