@@ -8,6 +8,7 @@ re-bases every stage at it, each with its own parallelism.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -19,8 +20,9 @@ from microcheckpoint.ops import (
     plan_global_restore,
     take_global_savepoint,
 )
+from microcheckpoint_airflow import metrics
 from microcheckpoint_airflow.hooks import CheckpointStorageHook, KafkaHook
-from microcheckpoint_airflow.operators import task_errors
+from microcheckpoint_airflow.operators import event_kind, task_errors
 from microcheckpoint_airflow.run_conf import refuse_unknown_conf
 from microcheckpoint_airflow.spec import PipelineSpec
 
@@ -121,8 +123,10 @@ class GlobalRestoreOperator(ValidateGlobalRestoreOperator):
             finally:
                 for kafka in kafkas:
                     kafka.close()
+        stores = {t.name: t for t in targets}
         for name, marker in markers.items():
             self.log.info("stage %s re-based on %s: %s", name, marker.source, marker.note)
+            metrics.restore_event(name, functools.partial(event_kind, stores[name], marker.at_ms))
         return {
             name: {
                 "source": m.source,

@@ -9,7 +9,11 @@ Names (``<p>``: the pipeline name), as Flink's checkpoint metrics:
 - ``microcheckpoint.<p>.checkpointed_size`` and ``.full_size`` (gauges, bytes: written by
   this checkpoint, and referenced by it), ``.checkpoint_records`` (gauge);
 - for a stage: ``microcheckpoint.<p>.alignment_duration`` and ``.alignment_wait`` (timers,
-  ms), ``.checkpoint_unaligned`` (counter).
+  ms), ``.checkpoint_unaligned`` (counter);
+- ``microcheckpoint.<p>.restore_events`` (counter; also ``.restore_events.<kind>``:
+  ``restore``, ``rescale``, ``fallback``, ``cancel``), sent by the restore, global restore
+  and cancel tasks, and ``.restore_time_to_first_checkpoint`` (timer, ms: from a restore to
+  the completion of the first checkpoint after it), sent when that checkpoint completes.
 
 Every metric also carries the tag ``pipeline`` for backends with tags.
 """
@@ -17,12 +21,19 @@ Every metric also carries the tag ``pipeline`` for backends with tags.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from microcheckpoint.protocol.records import RestoreEvent
 from microcheckpoint.protocol.records.statistics import CheckpointStatistics
 
-__all__ = ["checkpoint_completed", "checkpoint_failed"]
+__all__ = [
+    "checkpoint_completed",
+    "checkpoint_failed",
+    "first_checkpoint_after_restore",
+    "restore_event",
+]
 
 log = logging.getLogger(__name__)
 PREFIX = "microcheckpoint"
@@ -84,3 +95,39 @@ def checkpoint_failed(pipeline: str, reason: str) -> None:
         stats.incr(_name(pipeline, f"checkpoint_failed.{reason}"), tags=tags)
     except Exception as exc:  # a metrics backend must never fail a checkpoint
         log.warning("checkpoint metrics of %s not sent: %s", pipeline, exc)
+
+
+def restore_event(pipeline: str, lookup: Callable[[], str | None]) -> None:
+    """One restore, rescale, fallback or cancel (``protocol.restores``), counted by its
+    kind (``lookup`` may read it from storage; None: no event, nothing sent). Reading or
+    sending it never fails the restore."""
+    try:
+        kind = lookup()
+        if kind is None:
+            return
+        stats, tags = _stats(), {"pipeline": pipeline, "kind": kind}
+        stats.incr(_name(pipeline, "restore_events"), tags=tags)
+        stats.incr(_name(pipeline, f"restore_events.{kind}"), tags=tags)
+    except Exception as exc:  # a metrics backend must never fail a restore
+        log.warning("restore metrics of %s not sent: %s", pipeline, exc)
+
+
+def first_checkpoint_after_restore(
+    pipeline: str, lookup: Callable[[], tuple[RestoreEvent, int] | None]
+) -> None:
+    """The time from a restore to the first checkpoint completed after it, when the
+    checkpoint just completed is that one (``lookup``: ``restores.first_checkpoint_after``,
+    which reads storage only for a checkpoint without a base). Reading or sending it never
+    fails the checkpoint."""
+    try:
+        found = lookup()
+        if found is None:
+            return
+        event, ms = found
+        _stats().timing(
+            _name(pipeline, "restore_time_to_first_checkpoint"),
+            timedelta(milliseconds=ms),
+            tags={"pipeline": pipeline, "kind": event.event_kind.value},
+        )
+    except Exception as exc:
+        log.warning("restore metrics of %s not sent: %s", pipeline, exc)

@@ -46,7 +46,10 @@ from microcheckpoint.ops import (
 )
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.decider import Verdict
+from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.records import EventKind
 from microcheckpoint.protocol.recovery import abort_failed_run, complete_checkpoint, start_epoch
+from microcheckpoint.protocol.restores import event_at, first_checkpoint_after
 from microcheckpoint.protocol.retention import enforce_retention
 from microcheckpoint.protocol.source import group_committer
 from microcheckpoint.protocol.view import CheckpointStatus
@@ -463,6 +466,12 @@ class EpochSparkSubmitOperator(SparkSubmitOperator):
         super().execute(context)
 
 
+def event_kind(target: PipelineTarget, at_ms: int | None) -> str | None:
+    """The kind of the restore event written at ``at_ms`` (its marker's time), for metrics."""
+    event = event_at(target.store, Layout(target.name), at_ms)
+    return None if event is None else event.event_kind.value
+
+
 def _complete(coord: CheckpointCoordinator, cid: CheckpointId) -> dict[str, Any]:
     """The global ack of ``cid`` (idempotent), as the task's XCom; refusals fail the task."""
     try:
@@ -470,6 +479,9 @@ def _complete(coord: CheckpointCoordinator, cid: CheckpointId) -> dict[str, Any]
     except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
         raise AirflowFailException(str(exc)) from exc
     metrics.checkpoint_completed(coord.config.pipeline, meta.statistics, meta.barrier.record_count)
+    metrics.first_checkpoint_after_restore(
+        coord.config.pipeline, lambda: first_checkpoint_after(coord.store, coord.layout, meta)
+    )
     return {
         "checkpoint": meta.checkpoint_id.value,
         "attempt": meta.attempt,  # the attempt whose acks completed it
@@ -717,7 +729,9 @@ class RestoreOperator(ValidateRestoreOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         with task_errors():
             request = self.request()
-            marker = apply_restore(self.target(), request, labels=run_labels(context))
+            target = self.target()
+            marker = apply_restore(target, request, labels=run_labels(context))
+        metrics.restore_event(self.spec.name, lambda: event_kind(target, marker.at_ms))
         self.log.info("pipeline %s re-based on %s", self.spec.name, marker.source)
         if marker.note:
             # A green run must still say that it fell back: on the run itself, and on the
@@ -753,6 +767,7 @@ class CancelOperator(PipelineOperator):
                 labels=run_labels(context),
                 pause=lambda: hook.set_paused(self.spec.dag_id, True) and None,
             )
+        metrics.restore_event(self.spec.name, lambda: EventKind.CANCEL.value)
         self.log.info(
             "cancelled %s (%s): aborted %s, kept %s, deleted %d objects",
             self.spec.name,

@@ -47,6 +47,7 @@ __all__ = [
     "CLI_LABEL",
     "Newest",
     "append_event",
+    "event_at",
     "first_checkpoint_after",
     "newest_completed",
     "read_events",
@@ -314,6 +315,18 @@ def summarize_restores(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "max": max(times),
         },
     }
+
+
+def event_at(store: ObjectStore, layout: Layout, at_ms: int | None) -> RestoreEvent | None:
+    """The event written at ``at_ms`` (a restore marker's or cancel record's time; None:
+    none), for the edges' metrics: one LIST of that millisecond's keys, one GET."""
+    if at_ms is None:
+        return None
+    for key in sorted(store.list(layout.restore_event(at_ms, ""))):
+        found = read(store, key, RestoreEvent)
+        if found is not None:
+            return found
+    return None
 
 
 def first_checkpoint_after(

@@ -94,3 +94,62 @@ def test_a_stage_checkpoint_sends_its_alignment(statsd_server) -> None:
         "alignment_wait": "1200.000000|ms",
         "checkpoint_unaligned": "1|c",
     }
+
+
+def test_a_rescale_the_first_checkpoint_after_it_and_a_cancel_send_their_metrics(
+    tmp_path, statsd_server, monkeypatch
+) -> None:
+    from types import SimpleNamespace
+    from typing import Any
+
+    from microcheckpoint.engine.runner import expected_tasks
+    from microcheckpoint.protocol.history import checkpoint_history
+    from microcheckpoint_airflow import operators
+    from microcheckpoint_airflow.operators import CancelOperator
+    from tests.unit.plugin.test_operators import PIPELINE, TP1, restore_op, two_epochs
+
+    class Hook:
+        def __init__(self, conn_id: str) -> None:
+            pass
+
+        def set_paused(self, dag_id: str, paused: bool) -> dict[str, Any]:
+            return {}
+
+    monkeypatch.setattr(operators, "AirflowApiHook", Hook)
+    env = Env(tmp_path)
+    spec = env.spec(retained=3)
+    two_epochs(env, spec)  # at parallelism 2
+    context = {**CONTEXT, "dag": SimpleNamespace(dag_id="pipe_restore", params={})}
+    restore_op(spec, point="chk-1", parallelism="3").execute(context)
+    prefix = "airflow.microcheckpoint.pipe."
+    assert received(statsd_server, 2) == {
+        prefix + "restore_events": "1|c",
+        prefix + "restore_events.rescale": "1|c",
+    }
+    # The first checkpoint after it completes: the time from the restore is sent with it.
+    coord = env.coordinator(spec)
+    tasks = expected_tasks(PIPELINE, 3)
+    cid = env.trigger(coord, {TP0: 30, TP1: 9}, tasks)
+    env.ack(coord, cid, *tasks)
+    CompleteCheckpointOperator(task_id="c", spec=spec, checkpoint_id=str(cid.value)).execute(
+        CONTEXT
+    )
+    got = received(statsd_server, 6)
+    (row,) = checkpoint_history(env.store, "pipe")["restores"]
+    assert row["first_checkpoint"] == cid.value == 3
+    timer = got[prefix + "restore_time_to_first_checkpoint"]
+    assert timer.endswith("|ms")
+    assert float(timer[:-3]) == row["time_to_first_checkpoint_ms"]
+    # A checkpoint that continues from it sends no such time.
+    cid = env.trigger(coord, {TP0: 40, TP1: 9}, tasks)
+    env.ack(coord, cid, *tasks)
+    CompleteCheckpointOperator(task_id="c", spec=spec, checkpoint_id=str(cid.value)).execute(
+        CONTEXT
+    )
+    assert prefix + "restore_time_to_first_checkpoint" not in received(statsd_server, 5)
+    # A cancel.
+    CancelOperator(task_id="cancel", spec=spec).execute(context)
+    assert received(statsd_server, 2) == {
+        prefix + "restore_events": "1|c",
+        prefix + "restore_events.cancel": "1|c",
+    }
