@@ -622,7 +622,8 @@ def test_a_person_logs_in_and_reads_the_checkpoints_page_in_a_browser(world: Wor
             sized = sum(1 for r in rows if r["status"] == "COMPLETED")
             return (
                 _page_counts(page) == _shown(stored["counts"])
-                and page.locator("a[href*='checkpoint=']").count() == len(stored["checkpoints"])
+                and page.locator("a[href*='checkpoint=']:not([data-first-checkpoint])").count()
+                == len(stored["checkpoints"])
                 and page.get_attribute("svg[aria-label='End-to-end duration']", "data-points")
                 == str(timed)
                 and page.locator("svg[aria-label='End-to-end duration'] circle").count() == timed
@@ -636,6 +637,41 @@ def test_a_person_logs_in_and_reads_the_checkpoints_page_in_a_browser(world: Wor
         assert page.locator("text=" + world.savepoint).count() >= 1  # the latest savepoint
         assert page.locator("[data-replay]").count() == 0  # input of today: replayable
         page.screenshot(path=str(SHOTS / "checkpoints-page.png"), full_page=True)
+        # The Restores section: every restore and cancel of the stories above, as stored,
+        # newest first; a DAG's run is linked; the times to the first checkpoint agree.
+        restores = stored["restores"]
+        kinds = {r["kind"] for r in restores}
+        assert {"restore", "cancel"} <= kinds, restores
+        shown = page.eval_on_selector_all(
+            "tr[data-restore]", "els => els.map(e => [e.dataset.restore, e.dataset.kind])"
+        )
+        assert shown == [[r["id"], r["kind"]] for r in restores]
+        for r in restores:
+            row = page.locator(f'tr[data-restore="{r["id"]}"]')
+            if r["labels"].get("run_id"):
+                run = urllib.parse.quote(r["labels"]["run_id"], safe="")
+                assert row.locator(f'a[href$="/runs/{run}"]').count() == 1, r
+            cell = row.locator("td[data-part=time_to_first_checkpoint_ms]")
+            ms = r["time_to_first_checkpoint_ms"]
+            assert cell.get_attribute("data-ms") == (None if ms is None else str(ms))
+        timed = [r for r in restores if r["time_to_first_checkpoint_ms"] is not None]
+        assert timed, "a checkpoint completed after a restore"
+        summary = page.locator("[data-restores-summary]").inner_text()
+        assert summary.startswith(f"{len(restores)} in all: ") and f"(over {len(timed)})" in summary
+        page.evaluate("window.scrollTo(0, 0)")
+        top = page.locator("h2#restores").bounding_box()
+        end = page.locator("section[data-restores]").bounding_box()
+        assert top is not None and end is not None
+        page.screenshot(
+            path=str(SHOTS / "checkpoints-restores.png"),
+            full_page=True,
+            clip={
+                "x": 0,
+                "y": top["y"] - 12,
+                "width": 1400,
+                "height": end["y"] + end["height"] - top["y"] + 24,
+            },
+        )
         latest = stored["latest_completed"]
         page.goto(base + f"/microcheckpoint/?pipeline=wordcount&checkpoint={latest}")
         subtasks = page.locator("h2:has-text('Checkpoint #') + .panel tr").count() - 1
@@ -649,9 +685,9 @@ def test_a_person_logs_in_and_reads_the_checkpoints_page_in_a_browser(world: Wor
             assert "UNREADABLE" in row.inner_text() and "is corrupt (not JSON" in row.inner_text()
             counts = _page_counts(page)
             assert counts["unreadable"] == 1 and counts["restored"] == 1  # step 4's restore
-            assert page.locator("a[href*='checkpoint=']").count() == len(
-                world.history("wordcount_hourly")["checkpoints"]
-            )
+            assert page.locator(
+                "a[href*='checkpoint=']:not([data-first-checkpoint])"
+            ).count() == len(world.history("wordcount_hourly")["checkpoints"])
             row.evaluate("el => el.scrollIntoView({block: 'center'})")
             page.screenshot(path=str(SHOTS / "checkpoints-unreadable.png"))
             answer = page.request.get(base + "/microcheckpoint/api/pipelines/wordcount_hourly")
