@@ -5,6 +5,7 @@ from __future__ import annotations
 from microcheckpoint.protocol import savepoints
 from tests.unit.protocol.helpers import (
     C1,
+    C2,
     C3,
     C4,
     TASKS,
@@ -47,3 +48,17 @@ def test_restore_marker_survives_an_aborted_first_trigger(h) -> None:
     expire_one(h, coord, {TP0: 30})
     assert coord.trigger(TASKS, {TP0: 30}).checkpoint_id == C4
     assert barrier_json(h, C4) == {"events:0": [10, 30]}
+
+
+def test_a_restore_past_a_corrupt_head_lets_the_next_trigger_start(h) -> None:
+    """The head's ``_metadata`` is read ahead for its offsets; a restore written after it
+    re-bases the chain, so a corrupt head must not fail the trigger."""
+    coord = h.coordinator(retained=2)
+    complete_one(h, coord, {TP0: 10})
+    complete_one(h, coord, {TP0: 25})
+    h.store.put(h.layout.metadata(C2), b"{ not json")
+    point = savepoints.choose_restore(h.store, "pipe", checkpoint=C1)
+    savepoints.restore(h.store, "pipe", point, savepoints.ClaimMode.NO_CLAIM)
+    third = h.coordinator(retained=2).trigger(TASKS, {TP0: 30})
+    assert third.checkpoint_id == C3
+    assert barrier_json(h, C3) == {"events:0": [10, 30]}
