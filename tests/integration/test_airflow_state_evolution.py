@@ -176,8 +176,12 @@ def test_the_restore_dag_refuses_incompatible_state_and_allows_a_dropped_one(
     after = stored(s3_client, bucket)
     layout = f"{PREFIX}/{NAME}"
     assert {k: v for k, v in after.items() if k in before} == before
-    assert sorted(set(after) - set(before)) == [f"{layout}/_failures_reset", f"{layout}/_restore"]
+    # ... and one row of the restores history (protocol.restores).
+    added = sorted(set(after) - set(before))
+    (event,) = [k for k in added if k.startswith(f"{layout}/_events/restores/")]
+    assert added == [event, f"{layout}/_failures_reset", f"{layout}/_restore"]
     assert object_versions(s3_client, bucket, "") - versions == {
+        event: 1,
         f"{layout}/_failures_reset": 1,
         f"{layout}/_restore": 1,
         f"{layout}/_stopped": 1,
