@@ -160,8 +160,16 @@ class Audit:
 
 
 def plan_audit(store: ObjectStore, pipeline: Any, checkpoint: int) -> EpochPlan:
+    """The plan that runs epoch ``checkpoint`` again (``_planned``): an edge calls it to
+    refuse bad input before Spark starts."""
+    return _planned(store, pipeline, checkpoint)[0]
+
+
+def _planned(
+    store: ObjectStore, pipeline: Any, checkpoint: int
+) -> tuple[EpochPlan, CheckpointMetadata]:
     """The plan that runs epoch ``checkpoint`` of ``pipeline`` (a ``Pipeline``) again, as it
-    first ran, checked before anything runs.
+    first ran, checked before anything runs, and checkpoint N's ``_metadata``.
 
     Raises:
         CheckpointNotFound: no such completed checkpoint.
@@ -216,7 +224,7 @@ def plan_audit(store: ObjectStore, pipeline: Any, checkpoint: int) -> EpochPlan:
         mode=mode,
         max_parallelism=int(meta.config.get("max_parallelism", 128)),
     )
-    return plan
+    return plan, meta
 
 
 def _base_stored(view: PipelineView, cid: CheckpointId) -> bool:
@@ -242,8 +250,7 @@ def audit_epoch(
     from microcheckpoint.engine.runner import run_epoch
 
     # Step 1: the plan, and the sandbox it runs in.
-    plan = plan_audit(store, pipeline, checkpoint)
-    meta = scan(store, Layout(pipeline.name)).metadata(plan.checkpoint_id)
+    plan, meta = _planned(store, pipeline, checkpoint)  # one listing: the plan and N's acks
     sandbox = f"{pipeline.name}.audit-{checkpoint}-{secrets.token_hex(3)}"[-128:]
     layout = Layout(sandbox)
     began = time.monotonic()
