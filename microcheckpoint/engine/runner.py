@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from concurrent.futures import wait
+from collections.abc import Callable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +156,7 @@ def _kafka_frame(
     plan: EpochPlan,
     bootstrap: str,
     faults: Faults,
+    checks: RangeChecks,
     columns: tuple[str, ...] | None = None,
 ) -> Any | None:
     from microcheckpoint.adapters.kafka_reader import check_splits, split_ranges
@@ -171,8 +173,9 @@ def _kafka_frame(
     splits = split_ranges(kafka, source.max_records_per_split)
     if not splits:
         return spark.createDataFrame([], ddl)
-    # Every range against its partition (retention, a re-created topic), once for the epoch.
-    check_splits(bootstrap, splits, timeout_s=source.timeout_s)
+    # Every range against its partition (retention, a re-created topic), once for the epoch,
+    # while the stages are planned: the job's first action waits for it (``RangeChecks``).
+    checks.start(functools.partial(check_splits, bootstrap, splits, timeout_s=source.timeout_s))
     reader = KafkaSplitReader(
         bootstrap, tuple(splits), source.value_format, source.schema, faults,
         drop_markers=isinstance(source, StageSource), timeout_s=source.timeout_s,
@@ -181,28 +184,61 @@ def _kafka_frame(
     return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
 
 
+class RangeChecks:
+    """The Kafka ranges' checks (``check_splits``) of one epoch, run while its stages are
+    planned (the keyed stages' functions pickled, their schemas analysed: on Spark Connect,
+    requests to the server). ``passed`` comes before every Spark action and the source's
+    ack waits for ``ok``: no record is read and nothing acks before every range passed, and
+    a failed check fails the epoch as it did when it ran first."""
+
+    def __init__(self) -> None:
+        self._begun: list[Future[None]] = []
+
+    def start(self, check: Callable[[], None]) -> None:
+        self._begun.append(started(check))
+
+    def passed(self) -> None:
+        """Wait for every check begun; raise the first one's error."""
+        wait(self._begun)
+        for check in self._begun:
+            check.result()
+
+    def ok(self) -> bool:
+        """Wait for every check begun; whether all of them passed."""
+        wait(self._begun)
+        return all(check.exception() is None for check in self._begun)
+
+
 def _file_names(source: FileSource, plan: EpochPlan) -> list[str]:
     return [n for tp, ns in plan.files.items() if tp.topic in source.topics for n in ns]
 
 
 def _source(
-    spark: Any, pipeline: Pipeline, plan: EpochPlan, bootstrap: str, faults: Faults, options: dict
+    spark: Any,
+    pipeline: Pipeline,
+    plan: EpochPlan,
+    bootstrap: str,
+    faults: Faults,
+    options: dict,
+    checks: RangeChecks,
 ) -> Any:
     source = pipeline.source
     if isinstance(source, KafkaSource):
-        return _kafka_frame(spark, source, plan, bootstrap, faults, read_columns(pipeline))
+        return _kafka_frame(spark, source, plan, bootstrap, faults, checks, read_columns(pipeline))
     if isinstance(source, FileSource):
         return file_frame(spark, source, _file_names(source, plan), options, faults)
     if isinstance(source, UnionSource):
         from pyspark.sql import functions as F
 
         frames = [
-            _kafka_frame(spark, i, plan, bootstrap, faults).withColumn("input", F.lit(i.uid))
+            _kafka_frame(spark, i, plan, bootstrap, faults, checks).withColumn(
+                "input", F.lit(i.uid)
+            )
             for i in source.inputs
         ]
         return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     files = file_frame(spark, source.files, _file_names(source.files, plan), options, faults)
-    kafka = _kafka_frame(spark, source.kafka, plan, bootstrap, faults)
+    kafka = _kafka_frame(spark, source.kafka, plan, bootstrap, faults, checks)
     return files.unionByName(kafka, allowMissingColumns=True)
 
 
@@ -491,6 +527,7 @@ def _run_epoch(
 ) -> EpochResult:
     faults = faults or Faults.from_env()
     options = dict(store_options or {})
+    checks = RangeChecks()
     pipeline.use_storage(options)  # one endpoint setting for every S3 client of the run
     parallelism = plan.parallelism(*pipeline.parallel_uids)
     # Step 1: the source.
@@ -501,10 +538,11 @@ def _run_epoch(
         if plan.mode is CheckpointingMode.AT_LEAST_ONCE:
             for sink in pipeline.sinks:
                 sink.open()  # the executors publish as they go
-        df = _source(spark, pipeline, plan, bootstrap, faults, options)
+        df = _source(spark, pipeline, plan, bootstrap, faults, options, checks)
     staged = []
     cached = []
     if source_event_time(pipeline.source) is not None and df is not None:
+        checks.passed()  # the event times are read now
         df = df.persist()  # read once: for the event times, then for the stages
         cached.append(df)
     marks = epoch_watermarks(pipeline, plan, store, df, bootstrap)
@@ -512,7 +550,8 @@ def _run_epoch(
     # the barrier's ends (its sync part: taking them), fixed before any record is read, as
     # a Flink source snapshots its offsets when it emits the barrier. Completion waits for
     # every task's ack, so an ack before the job's end completes nothing by itself.
-    source_ack = started(functools.partial(_source_ack, pipeline, plan, store, marks))
+    ack = functools.partial(_source_ack, pipeline, plan, store, marks)
+    source_ack = started(lambda: ack() if checks.ok() else None)  # no ack for a failed range
     try:
         # Step 3: the stages. ``in_place``: partition i of ``df`` is keyed subtask i's output.
         stages = pipeline.stages if df is not None else []
@@ -563,19 +602,23 @@ def _run_epoch(
                     # stages let Spark prune or compute twice. A sink next reads every row
                     # of every subtask in its own job (persisted when read again), so that
                     # job runs this stage once: one Spark job, not two.
+                    checks.passed()
                     df = df.persist()
                     df.count()
                     cached.append(df)
             elif isinstance(stage, PartitionOperator):  # operator state: engine/operator_stage.py
+                checks.passed()
                 df = partition_stage(
                     spark, df, stage, plan, store, options, parallelism, faults, persist=not last
                 )
                 cached.append(df)
                 in_place = False
             else:
+                checks.passed()  # a plain function may run an action of its own
                 df = stage(df)
                 in_place = False
         # Step 4: the actions.
+        checks.passed()
         outputs: list[dict[str, Any]] | None = [] if collect else None
         if df is not None:
             for parts in staged:
