@@ -566,7 +566,7 @@ class AbortCheckpointOperator(PipelineOperator):
     """
 
     def execute(self, context: Any) -> None:
-        detail = f"a task of Airflow run {context['run_id']} failed"
+        detail = failed_run_detail(context["run_id"], self.failed_tasks(context))
         coord, cid = self.coordinator(), self.cid()
         before = coord.view().pending
         try:
@@ -583,6 +583,31 @@ class AbortCheckpointOperator(PipelineOperator):
                 if record is not None and record.status is CheckpointStatus.ABORTED:
                     reason = record.abort_reason.value if record.abort_reason else "ABORTED"
                     metrics.checkpoint_failed(self.spec.name, reason)
+
+    def failed_tasks(self, context: Any) -> list[str]:
+        """The tasks of this run that failed, as Airflow's task states say (the abort names
+        them when no task declined, e.g. one killed without raising). Empty when Airflow
+        cannot tell: a context without a task instance, or the lookup failed (logged; the
+        abort goes on without the names)."""
+        ti, run_id = context.get("ti"), context["run_id"]
+        ask = getattr(ti, "get_task_states", None)
+        if ask is None:
+            return []
+        try:
+            states = ask(dag_id=ti.dag_id, run_ids=[run_id]).get(run_id, {})
+        except Exception as exc:  # a diagnostic: it must not keep the checkpoint pending
+            self.log.warning("the run's task states are not known (%s): the abort names none", exc)
+            return []
+        return sorted(t for t, state in states.items() if state == "failed" and t != ti.task_id)
+
+
+def failed_run_detail(run_id: str, tasks: list[str]) -> str:
+    """What an abort after a failed run says when no task declined: the run, and its failed
+    tasks when known (``task process_epoch of Airflow run X failed``)."""
+    if not tasks:
+        return f"a task of Airflow run {run_id} failed"
+    named = f"task {tasks[0]}" if len(tasks) == 1 else f"tasks {', '.join(tasks)}"
+    return f"{named} of Airflow run {run_id} failed"
 
 
 class SuspendPipelineOperator(PipelineOperator):

@@ -458,6 +458,50 @@ def test_a_cancel_during_an_epoch_aborts_it_retains_checkpoints_and_a_restore_re
     assert counts == dict(wordcount.expected(world.lines))
 
 
+def test_an_epoch_task_marked_failed_is_named_in_the_abort_and_its_range_read_again(
+    world: World,
+):
+    # A task killed without raising (here a person marks the running epoch task failed;
+    # an out-of-memory kill is the same to Airflow) writes no decline: the abort names the
+    # run's failed task from Airflow's task states.
+    assert world.api.dag("wordcount_pipeline")["is_paused"] is False
+    more = wordcount.lines_for(40, seed=36)
+    wordcount.produce(world.bootstrap, world.topic, more, create=False)
+    world.lines += more
+    before = max(world.rows())
+    world.slow_flag.write_text("wordcount 45")  # the next epoch holds its last ack 45 s
+    flying = wait_for(
+        "a checkpoint in flight",
+        lambda: [i for i, r in world.rows().items() if i > before and r["status"] == "PENDING"],
+        180,
+        world.airflow,
+    )[0]
+    run = world.rows()[flying]["labels"]["run_id"]
+    wait_for("the slow epoch to hold", lambda: not world.slow_flag.exists(), 60, world.airflow)
+    world.api.set_task_state("wordcount_pipeline", run, "process_epoch", "failed")
+    aborted = wait_for(
+        "the checkpoint aborted",
+        lambda: [r for i, r in world.rows().items() if i == flying and r["status"] == "ABORTED"],
+        120,
+        world.airflow,
+    )[0]
+    assert (aborted["reason"], aborted["detail"]) == (
+        "DECLINED",
+        f"task process_epoch of Airflow run {run} failed",
+    )
+    assert aborted.get("failed_task") is None  # no subtask declined: the edge named it
+    assert world.api.wait_run("wordcount_pipeline", run, 120) == "failed"
+    states = world.api.task_states("wordcount_pipeline", run)
+    assert (states["process_epoch"], states["abort_on_failure"]) == ("failed", "success")
+    total = len(world.lines) // 2
+    wait_for("the range read again", lambda: _offsets_done(world, total), 240, world.airflow)
+    rows = world.rows()
+    again = min(i for i, r in rows.items() if i > flying and r["status"] == "COMPLETED")
+    assert rows[again]["ranges"] == aborted["ranges"]
+    counts = read_keyed_state(world.store, "wordcount", "word-counts")
+    assert counts == dict(wordcount.expected(world.lines))
+
+
 def test_a_task_notes_its_run_through_the_real_api(world: World, monkeypatch):
     # A restore that falls back to an older checkpoint notes it on its run this way.
     from microcheckpoint_airflow.hooks import AirflowApiHook

@@ -50,6 +50,7 @@ from microcheckpoint_airflow.operators import (
     SuspendPipelineOperator,
     ValidateRestoreOperator,
     ValidateSavepointOperator,
+    failed_run_detail,
 )
 from microcheckpoint_airflow.spec import PipelineSpec
 from tests.stored import read_json
@@ -913,3 +914,13 @@ def test_the_min_pause_sensor_waits_a_short_pause_and_defers_a_long_one(env: Env
     long = env.spec(min_pause=f"{checks.IN_TASK_WAIT_S + 5:.0f}s")
     with pytest.raises(TaskDeferred):
         MinPauseSensor(task_id="wait_min_pause", spec=long).execute(CONTEXT)
+
+
+def test_an_abort_after_a_failed_run_names_its_failed_tasks() -> None:
+    """The words only; the e2e story marks a running epoch task failed through the REST API
+    and reads them in the stored abort."""
+    assert failed_run_detail("r1", []) == "a task of Airflow run r1 failed"
+    assert (
+        failed_run_detail("r1", ["process_epoch"]) == "task process_epoch of Airflow run r1 failed"
+    )
+    assert failed_run_detail("r1", ["a", "b"]) == "tasks a, b of Airflow run r1 failed"
