@@ -406,21 +406,30 @@ def test_the_cli_stops_with_savepoint_pausing_the_dag_and_restores_unpausing_it(
     assert counts == dict(wordcount.expected(world.lines))
 
 
-def test_a_cancel_during_an_epoch_aborts_it_retains_checkpoints_and_a_restore_resumes(
-    world: World,
-):
-    more = wordcount.lines_for(60, seed=35)
-    wordcount.produce(world.bootstrap, world.topic, more, create=False)
-    world.lines += more
-    before = max(world.rows())
-    kept = world.history()["latest_completed"]
-    world.slow_flag.write_text("wordcount 45")  # the next epoch holds its last ack 45 s
-    flying = wait_for(
+def _more_lines(world: World, lines: list[str]) -> None:
+    wordcount.produce(world.bootstrap, world.topic, lines, create=False)
+    world.lines += lines
+
+
+def _slow_epoch_in_flight(world: World) -> int:
+    """The next wordcount epoch holds its last ack 45 s: its checkpoint's id, once in
+    flight."""
+    before = max(world.rows(), default=0)
+    world.slow_flag.write_text("wordcount 45")
+    return wait_for(
         "a checkpoint in flight",
         lambda: [i for i, r in world.rows().items() if i > before and r["status"] == "PENDING"],
         180,
         world.airflow,
     )[0]
+
+
+def test_a_cancel_during_an_epoch_aborts_it_retains_checkpoints_and_a_restore_resumes(
+    world: World,
+):
+    _more_lines(world, wordcount.lines_for(60, seed=35))
+    kept = world.history()["latest_completed"]
+    flying = _slow_epoch_in_flight(world)
     slow_run = world.rows()[flying]["labels"]["run_id"]
     run = world.api.trigger("wordcount_cancel", {"cleanup": ""})
     assert world.api.wait_run("wordcount_cancel", run, 120) == "success"
@@ -465,17 +474,8 @@ def test_an_epoch_task_marked_failed_is_named_in_the_abort_and_its_range_read_ag
     # an out-of-memory kill is the same to Airflow) writes no decline: the abort names the
     # run's failed task from Airflow's task states.
     world.api.set_paused("wordcount_pipeline", False)  # as the story leaves it (or alone)
-    more = wordcount.lines_for(40, seed=36)
-    wordcount.produce(world.bootstrap, world.topic, more, create=False)
-    world.lines += more
-    before = max(world.rows(), default=0)
-    world.slow_flag.write_text("wordcount 45")  # the next epoch holds its last ack 45 s
-    flying = wait_for(
-        "a checkpoint in flight",
-        lambda: [i for i, r in world.rows().items() if i > before and r["status"] == "PENDING"],
-        180,
-        world.airflow,
-    )[0]
+    _more_lines(world, wordcount.lines_for(40, seed=36))
+    flying = _slow_epoch_in_flight(world)
     run = world.rows()[flying]["labels"]["run_id"]
     wait_for("the slow epoch to hold", lambda: not world.slow_flag.exists(), 60, world.airflow)
     world.api.set_task_state("wordcount_pipeline", run, "process_epoch", "failed")
