@@ -94,7 +94,7 @@ def run(records: int, size: int, partitions: int, rounds: int) -> dict[str, Any]
     """Both readers, alternating, ``rounds`` times after a warm-up; medians and the ratio."""
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
     from microcheckpoint.engine.api import KafkaSource
-    from microcheckpoint.engine.runner import _kafka_frame
+    from microcheckpoint.engine.runner import RangeChecks, _kafka_frame
     from microcheckpoint.engine.spark import local_spark
     from microcheckpoint.faults import Faults
     from microcheckpoint.protocol.barrier import Barrier, OffsetRange
@@ -127,12 +127,18 @@ def run(records: int, size: int, partitions: int, rounds: int) -> dict[str, Any]
             jobs = [(bootstrap, tp.topic, tp.partition, end, True) for tp, end in ends.items()]
             return sum(pool.starmap(consume_partition_confluent, jobs))
 
+        def checked(kafka: KafkaSource) -> Any:
+            checks = RangeChecks()  # the ranges checked before the job, as an epoch does
+            frame = _kafka_frame(spark, kafka, plan, bootstrap, Faults(), checks)
+            checks.passed()
+            return frame
+
         def ours() -> int:
-            return _kafka_frame(spark, source, plan, bootstrap, Faults()).count()
+            return checked(source).count()
 
         def ours_json() -> int:
             # every column decoded: the count of a frame with all of them
-            frame = _kafka_frame(spark, decoding, plan, bootstrap, Faults())
+            frame = checked(decoding)
             return frame.where(frame["seq"].isNotNull()).count()
 
         order = [
