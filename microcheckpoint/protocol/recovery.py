@@ -262,9 +262,10 @@ def abort_failed_run(
 ) -> None:
     """After a failed step: abort ``cid`` (EXPIRED past the timeout, else DECLINED).
 
-    ``detail`` is what the edge knows (``a task of Airflow run X failed``); when a task of
-    the current attempt declined the checkpoint (``protocol.declines``), the abort names
-    that task and its cause instead: ``task word-counts#1: ValueError: bad row 3``.
+    ``detail`` is what the edge knows (``task process_epoch of Airflow run X failed``);
+    when a task of the current attempt declined the checkpoint (``protocol.declines``), the
+    abort names that task and its cause instead: ``task word-counts#1: ValueError: bad row
+    3``.
 
     Steps: 1. abort every expired checkpoint; 2. decline ``cid`` if it is still pending,
     with the task that declined it; 3. raise ``TooManyFailures`` when consecutive failures
