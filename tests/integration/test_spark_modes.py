@@ -126,3 +126,12 @@ def test_in_process_spark_submit_and_connect_give_identical_state_and_output(
     assert results["local"]["output"]
     assert results["submit"] == results["local"]
     assert results["connect"] == results["local"]
+
+
+def test_the_engines_session_records_no_python_call_site_per_column_function(spark) -> None:
+    # PySpark's DataFrame debugging would make every column function of an epoch's plan
+    # five JVM calls in-process (engine.spark.EPOCH_SETTINGS says what it cost).
+    from pyspark.errors.utils import is_debugging_enabled
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert is_debugging_enabled() is False
