@@ -110,17 +110,23 @@ def source_schema(source: KafkaSource) -> str:
     return kafka_schema(source.value_format, source.schema)[1]
 
 
-# Spark DDL -> Arrow schema: the same in every session, so each is parsed once per process.
-_ARROW_SCHEMAS: dict[str, Any] = {}
+# Spark DDL -> Spark schema: the same in every session, so each is parsed once per process.
+_SPARK_SCHEMAS: dict[str, Any] = {}
+
+
+def _spark_schema(spark: Any, ddl: str) -> Any:
+    """The schema (``StructType``) of a Spark DDL string, parsed by Spark (in-process or over
+    Connect) the first time: a function given it needs no parse of its own per epoch."""
+    if ddl not in _SPARK_SCHEMAS:
+        _SPARK_SCHEMAS[ddl] = spark.createDataFrame([], ddl).schema
+    return _SPARK_SCHEMAS[ddl]
 
 
 def _arrow_schema(spark: Any, ddl: str) -> Any:
-    """The Arrow schema of a Spark DDL string (parsed by Spark, in-process or over Connect)."""
+    """The Arrow schema of a Spark DDL string."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    if ddl not in _ARROW_SCHEMAS:
-        _ARROW_SCHEMAS[ddl] = to_arrow_schema(spark.createDataFrame([], ddl).schema)
-    return _ARROW_SCHEMAS[ddl]
+    return to_arrow_schema(_spark_schema(spark, ddl))
 
 
 def _markers(spark: Any, parallelism: int) -> Any:
@@ -319,9 +325,9 @@ def _with_key_groups(df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     if ctx.key_groups == SPARK_HASH:
-        group = F.pmod(F.hash(F.col(f"`{op.key}`")), F.lit(ctx.max_parallelism)).cast("int")
-        owner = F.pmod(F.col(KG), F.lit(ctx.parallelism)).cast("int")
-        return df.withColumn(KG, group).withColumn(SUBTASK, owner)
+        group = F.pmod(F.hash(F.col(f"`{op.key}`")), F.lit(ctx.max_parallelism))
+        owner = F.pmod(group, F.lit(ctx.parallelism))
+        return df.withColumns({KG: group.cast("int"), SUBTASK: owner.cast("int")})
     schema = StructType(
         [*df.schema.fields, StructField(KG, IntegerType()), StructField(SUBTASK, IntegerType())]
     )
@@ -332,17 +338,22 @@ def _with_key_groups(df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
 
 
 NO_ROWS = "__no_rows"
+# The frame of no rows ``_never_empty`` adds, with the session it was made in.
+_NO_ROWS: list[tuple[Any, Any]] = []
 
 
 def _never_empty(spark: Any, df: Any) -> Any:
     """``df`` as a union with a frame of no rows in one partition (not a local relation):
     Spark neither prunes it as empty nor knows its partitioning, so a shuffle by the key
     after it always runs, into all its partitions, even for input that arrives as an empty
-    local relation (an epoch with no split over Connect) or in one partition."""
+    local relation (an epoch with no split over Connect) or in one partition. That frame is
+    made once per session; asking for ``df``'s columns would cost a request over Connect."""
     from pyspark.sql import functions as F
 
-    none = spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias(NO_ROWS))
-    return df.unionByName(none, allowMissingColumns=True).drop(NO_ROWS)
+    if not _NO_ROWS or _NO_ROWS[0][0] is not spark:
+        none = spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias(NO_ROWS))
+        _NO_ROWS[:] = [(spark, none)]
+    return df.unionByName(_NO_ROWS[0][1], allowMissingColumns=True).drop(NO_ROWS)
 
 
 def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tuple[Any, bool]:
@@ -371,7 +382,8 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
         df = df.groupBy(op.key).agg(reduce(column).alias(AGGREGATE))
         if fast:
             merge_in = functools.partial(merge_partition, ctx)
-            return per_partition(_with_key_groups(df, op, ctx), merge_in, op.output_schema), True
+            output = _spark_schema(spark, op.output_schema)
+            return per_partition(_with_key_groups(df, op, ctx), merge_in, output), True
     routed = _with_key_groups(df, op, ctx)
     fn = op.fn
     if op.aggregate is None and _spark_places(spark, ctx, shuffle=False):
@@ -379,7 +391,7 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
         kept = _never_empty(spark, routed)
         placed = kept.repartition(ctx.parallelism, F.col(f"`{op.key}`"))
         process_in = functools.partial(process_partition, ctx, fn)
-        return per_partition(placed, process_in, op.output_schema), True
+        return per_partition(placed, process_in, _spark_schema(spark, op.output_schema)), True
     grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
 
     # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial here.
