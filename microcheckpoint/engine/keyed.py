@@ -41,6 +41,7 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.state.backends import canonical_key
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.evolution import DESCRIPTORS_FIELD, function_descriptors
+from microcheckpoint.state.files import ROWS
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import BLAKE2B, SCHEME_FIELD, owned_key_groups
 from microcheckpoint.state.kinds import cleanup, is_pseudo_key
@@ -404,17 +405,28 @@ def _empty_rows(key: str) -> pa.Table:
 def _merge_aggregate(
     ctx: OperatorContext, subtask: int, table: pa.Table, timer: AckTimer
 ) -> pa.Table:
-    # Step 1 (reading: the rows decoded; the sync part starts after it)
+    # Step 1 (reading: the rows; the sync part starts after it)
     with timer.reading():
         rows = data_rows(table)
-        keys = rows.column(ctx.key).to_pylist()
-        values = rows.column(AGGREGATE).to_pylist()
-        kgs = rows.column(KG).to_pylist()
-        cks = [canonical_key(k) for k in keys]
     # Step 2
     state, task = _subtask_state(ctx, subtask, timer)
+    # Steps 2 and 3
+    merged = _merged_in_arrow(ctx, state, rows)
+    if merged is None:
+        merged = _merged_in_python(ctx, state, rows)
+    # Step 4
+    _snapshot_and_ack(ctx, state, task)
+    return merged
+
+
+def _merged_in_python(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) -> pa.Table:
+    """Restore the touched keys, combine each with this epoch's aggregate and put it, key by
+    key; the output rows, sorted by canonical key."""
+    keys = rows.column(ctx.key).to_pylist()
+    values = rows.column(AGGREGATE).to_pylist()
+    kgs = rows.column(KG).to_pylist()
+    cks = [canonical_key(k) for k in keys]
     previous = _previous(state, zip(cks, kgs, strict=True))
-    # Step 3
     combine = _COMBINE[ctx.aggregate or "sum"]
     out_keys, out_values = [], []
     for ck, kg, value, key in sorted(zip(cks, kgs, values, keys, strict=True)):
@@ -423,9 +435,58 @@ def _merge_aggregate(
         state.put(kg, ck, new)
         out_keys.append(key if isinstance(key, str) else json.dumps(key))
         out_values.append(new)
-    # Step 4
-    _snapshot_and_ack(ctx, state, task)
     return pa.table(
         {"key": out_keys, ctx.output_column: out_values},
         schema=ctx.output_schema,
     )
+
+
+# A string key whose canonical JSON is itself in quotes: nothing JSON escapes in it.
+_ESCAPED = r'["\\\x00-\x1f]'
+_INTEGER_JSON = r"^-?[0-9]+$"
+
+
+def _merged_in_arrow(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) -> pa.Table | None:
+    """``_merged_in_python``'s result and state, computed in Arrow: for string keys that
+    need no JSON escape, integer aggregates and integer state (a count; a sum, min or max
+    of an integer column), in the ``table`` backend. None when any of that does not hold,
+    or a sum leaves 64 bits: the caller merges key by key, as before, and nothing was put.
+    """
+    import pyarrow.compute as pc
+
+    keys, values = rows.column(ctx.key), rows.column(AGGREGATE)
+    if (
+        ctx.backend != "table"
+        or ctx.aggregate not in _COMBINE
+        or not pa.types.is_string(keys.type)
+        or not pa.types.is_integer(values.type)
+        or keys.null_count
+        or values.null_count
+        or pc.any(pc.match_substring_regex(keys, _ESCAPED)).as_py()
+    ):
+        return None
+    values = values.cast(pa.int64())
+    cks = pc.binary_join_element_wise('"', keys, '"', "")
+    cks = cks.combine_chunks() if isinstance(cks, pa.ChunkedArray) else cks
+    previous = state.previous_rows(pc.unique(rows.column(KG)).to_pylist(), cks)
+    texts = previous.column("state")
+    if previous.num_rows and not pc.all(pc.match_substring_regex(texts, _INTEGER_JSON)).as_py():
+        return None
+    try:
+        known = previous.column("key").combine_chunks()
+        before = pc.take(texts.cast(pa.int64()), pc.index_in(cks, value_set=known))
+        if ctx.aggregate == "min":
+            new = pc.min_element_wise(values, before)
+        elif ctx.aggregate == "max":
+            new = pc.max_element_wise(values, before)
+        else:
+            new = pc.if_else(pc.is_null(before), values, pc.add_checked(values, before))
+    except (pa.ArrowInvalid, OverflowError):
+        return None  # past 64 bits: Python's integers
+    order = pc.sort_indices(cks)  # UTF-8 orders as code points do: Python's order
+    cks, new, keys = pc.take(cks, order), pc.take(new, order), pc.take(keys, order)
+    kgs = pc.take(rows.column(KG), order)
+    updated = pa.repeat(pa.scalar(state.now_ms, pa.int64()), len(new))
+    state.put_rows(pa.table([kgs, cks, new.cast(pa.string()), updated], schema=ROWS))
+    key_type, value_type = (ctx.output_schema.field(i).type for i in (0, 1))
+    return pa.table([keys.cast(key_type), new.cast(value_type)], schema=ctx.output_schema)

@@ -217,10 +217,13 @@ def read_rows(store: ObjectStore, handle: StateHandle, cache: FileCache | None =
     return load() if cache is None else cache.get(store, handle, load)
 
 
-def select(rows: pa.Table, kgs: Iterable[int], keys: Iterable[str] | None = None) -> pa.Table:
-    """The rows of key groups ``kgs`` (and of ``keys``, when given), in Arrow."""
+def select(
+    rows: pa.Table, kgs: Iterable[int], keys: Iterable[str] | pa.Array | None = None
+) -> pa.Table:
+    """The rows of key groups ``kgs`` (and of ``keys``, when given: an Arrow string array
+    is taken as it is), in Arrow."""
     mask = pc.is_in(rows.column("kg"), value_set=pa.array(sorted(set(kgs)), pa.int32()))
     if keys is not None:
-        wanted = pa.array(sorted(set(keys)), pa.string())
+        wanted = keys if isinstance(keys, pa.Array) else pa.array(sorted(set(keys)), pa.string())
         mask = pc.and_(mask, pc.is_in(rows.column("key"), value_set=wanted))
     return rows.filter(mask)

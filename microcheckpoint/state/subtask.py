@@ -91,6 +91,7 @@ class SubtaskState:
         self.max_deltas = max_deltas
         self.cache = cache
         self.changes: dict[int, dict[str, Any]] = {}
+        self.changed_rows: pa.Table | None = None  # ``put_rows``: changes already in Arrow
         self.timer = timer or AckTimer()
         self.clean = clean
 
@@ -126,6 +127,15 @@ class SubtaskState:
             )
         }
 
+    def previous_rows(self, kgs: Iterable[int], keys: pa.Array) -> pa.Table:
+        """``previous`` in Arrow, for a caller that works in Arrow: the state rows (``kg,
+        key, state, updated_ms``; ``state`` is the value's JSON) of ``keys``, canonical JSON
+        in a string array, within the key groups ``kgs``, one row per key that has state."""
+        chains = {kg: self.chains[kg] for kg in set(kgs) if self.chains.get(kg)}
+        if not chains:
+            return ROWS.empty_table()
+        return self._latest(chains, keys)
+
     def previous_by_group(
         self, keys_by_kg: Mapping[int, Iterable[str]]
     ) -> dict[int, dict[str, tuple[Any, int]]]:
@@ -157,6 +167,30 @@ class SubtaskState:
         """Delete ``key``'s state (a tombstone in the delta)."""
         self.changes.setdefault(kg, {})[key] = _DELETED
 
+    def put_rows(self, rows: pa.Table) -> None:
+        """Set the state of many keys at once, in Arrow: ``rows`` as ``put`` would leave
+        them (``kg, key, state, updated_ms``: canonical JSON key, the value's JSON as
+        ``_state_json`` writes it, ``updated_ms`` this epoch's). No key may also be ``put``.
+        """
+        if rows.num_rows:
+            self.changed_rows = rows.cast(ROWS)
+
+    def _changed(self) -> pa.Table | None:
+        """This epoch's changes as state rows (None: no change)."""
+        parts = []
+        if self.changes:
+            parts.append(
+                rows_from_groups(
+                    {
+                        kg: {k: (None if v is _DELETED else v, self.now_ms) for k, v in ch.items()}
+                        for kg, ch in self.changes.items()
+                    }
+                )
+            )
+        if self.changed_rows is not None:
+            parts.append(self.changed_rows)
+        return pa.concat_tables(parts) if parts else None
+
     # ---- snapshotting -----------------------------------------------------------------
 
     def _compacts(self) -> bool:
@@ -176,12 +210,10 @@ class SubtaskState:
         if self._compacts():
             return self._snapshot_base()
         handles = [h for chain in self.chains.values() for h in chain]
-        if self.changes:
-            groups = {
-                kg: {k: (None if v is _DELETED else v, self.now_ms) for k, v in sorted(ch.items())}
-                for kg, ch in self.changes.items()
-            }
-            handles.append(self._put(DELTA_NAME, encode_rows(rows_from_groups(groups)), groups))
+        changed = self._changed()
+        if changed is not None:
+            groups = pc.unique(changed.column("kg")).to_pylist()
+            handles.append(self._put(DELTA_NAME, encode_rows(changed), groups))
         return list({h.key: h for h in handles}.values())
 
     def _put(self, name: str, data: bytes, groups: Iterable[int]) -> StateHandle:
@@ -195,7 +227,7 @@ class SubtaskState:
         return self._latest(self.chains)
 
     def _latest(
-        self, chains: Mapping[int, list[StateHandle]], keys: list[str] | None = None
+        self, chains: Mapping[int, list[StateHandle]], keys: Iterable[str] | pa.Array | None = None
     ) -> pa.Table:
         """The newest live row of every key (of ``keys``, when given) in ``chains``."""
         groups: dict[str, list[int]] = {}
@@ -203,9 +235,15 @@ class SubtaskState:
             for handle in chain:
                 groups.setdefault(handle.key, []).append(kg)
         handles = {h.key: h for chain in chains.values() for h in chain}
+        # the keys once for every file (``select`` would build them per file)
+        wanted = (
+            keys
+            if keys is None or isinstance(keys, pa.Array)
+            else pa.array(sorted(set(keys)), pa.string())
+        )
         parts = []
         for seq, key in enumerate(_chain_order(chains)):
-            rows = select(self._rows(handles[key]), groups[key], keys)
+            rows = select(self._rows(handles[key]), groups[key], wanted)
             parts.append(rows.append_column("seq", pa.array([seq] * rows.num_rows, pa.int32())))
         if not parts:
             return ROWS.empty_table()
@@ -228,13 +266,8 @@ class SubtaskState:
 
     def _snapshot_base(self) -> list[StateHandle]:
         rows = self._all_rows()
-        if self.changes:
-            changed = rows_from_groups(
-                {
-                    kg: {k: (None if v is _DELETED else v, self.now_ms) for k, v in ch.items()}
-                    for kg, ch in self.changes.items()
-                }
-            )
+        changed = self._changed()
+        if changed is not None:
             stale = pc.is_in(
                 pc.binary_join_element_wise(
                     rows.column("kg").cast(pa.string()), rows.column("key"), "\x00"
