@@ -443,7 +443,6 @@ def _merged_in_python(ctx: OperatorContext, state: SubtaskState, rows: pa.Table)
 
 # A string key whose canonical JSON is itself in quotes: nothing JSON escapes in it.
 _ESCAPED = r'["\\\x00-\x1f]'
-_INTEGER_JSON = r"^-?[0-9]+$"
 
 
 def _merged_in_arrow(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) -> pa.Table | None:
@@ -470,8 +469,6 @@ def _merged_in_arrow(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) 
     cks = cks.combine_chunks() if isinstance(cks, pa.ChunkedArray) else cks
     previous = state.previous_rows(pc.unique(rows.column(KG)).to_pylist(), cks)
     texts = previous.column("state")
-    if previous.num_rows and not pc.all(pc.match_substring_regex(texts, _INTEGER_JSON)).as_py():
-        return None
     try:
         known = previous.column("key").combine_chunks()
         before = pc.take(texts.cast(pa.int64()), pc.index_in(cks, value_set=known))
@@ -482,7 +479,7 @@ def _merged_in_arrow(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) 
         else:
             new = pc.if_else(pc.is_null(before), values, pc.add_checked(values, before))
     except (pa.ArrowInvalid, OverflowError):
-        return None  # past 64 bits: Python's integers
+        return None  # state that is not an integer, or a sum past 64 bits: Python's integers
     order = pc.sort_indices(cks)  # UTF-8 orders as code points do: Python's order
     cks, new, keys = pc.take(cks, order), pc.take(new, order), pc.take(keys, order)
     kgs = pc.take(rows.column(KG), order)

@@ -92,6 +92,29 @@ def test_previous_reads_only_the_touched_keys(store) -> None:
     assert state.previous({3: [ck("k1")]}) == {}
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0, -1, 7, 2**63 - 1, -(2**63)],  # integers within 64 bits: decoded in Arrow
+        [1, 2**64, -(2**70)],  # past 64 bits
+        [1, 2.5, -0.0, "7", [1, 2], {"n": 3}, True, None],  # any JSON
+    ],
+)
+def test_previous_gives_back_every_value_as_it_was_put(store, values) -> None:
+    epochs = Epochs(store)
+    epochs.run({(i % 4, f"k{i}"): v for i, v in enumerate(values)})
+    state = epochs.state()
+    keys = {kg: [ck(f"k{i}") for i in range(len(values)) if i % 4 == kg] for kg in OWNED}
+    got = state.previous(keys)
+    by_group = state.previous_by_group(keys)
+    stored = [i for i, v in enumerate(values) if v is not None]  # None deletes
+    assert {k: v for k, (v, _) in got.items()} == {ck(f"k{i}"): values[i] for i in stored}
+    assert [type(got[ck(f"k{i}")][0]) for i in stored] == [type(values[i]) for i in stored]
+    assert {k: v for kg in by_group for k, (v, _) in by_group[kg].items()} == {
+        k: v for k, (v, _) in got.items()
+    }
+
+
 def test_deletes_are_tombstones_until_compaction_drops_them(store) -> None:
     epochs = Epochs(store, max_deltas=2)
     epochs.run({(0, "a"): 1, (0, "b"): 2})
