@@ -19,6 +19,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import pyarrow as pa
+
 from microcheckpoint.adapters.decoding import check_value_format
 from microcheckpoint.engine.api import FileSource
 from microcheckpoint.engine.sources import FileReader, fields_schema
@@ -44,8 +46,9 @@ def file_frame(
 
     store = open_store(source.url, **options)
     arrow = _file_schema(store, source, names or data_files(store)[:1])
-    ddl = from_arrow_schema(arrow).simpleString()[len("struct<") : -1]
-    with_position = f"{ddl}, source_file string, source_row bigint"
+    positions = [("source_file", pa.string()), ("source_row", pa.int64())]
+    # made here: a DDL string would be parsed by Spark (over Connect, a request) every epoch
+    with_position = _nullable(from_arrow_schema(pa.schema([*arrow, *positions])))
     if not names:
         return spark.createDataFrame([], with_position)
     if (
@@ -59,6 +62,20 @@ def file_frame(
         return frame
     reader = FileReader(source.url, options, tuple(names), source.format, arrow, faults)
     return spark.range(0, len(names), 1, len(names)).mapInArrow(reader, with_position)
+
+
+def _nullable(schema: Any) -> Any:
+    """``schema`` with every field, element and map value nullable, as Spark parses a DDL
+    string (a Parquet file's required columns would otherwise stay required)."""
+    from pyspark.sql.types import StructType
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            flags = ("nullable", "containsNull", "valueContainsNull")
+            return {k: True if k in flags else walk(v) for k, v in node.items()}
+        return [walk(v) for v in node] if isinstance(node, list) else node
+
+    return StructType.fromJson(walk(schema.jsonValue()))
 
 
 def _spark_parquet(spark: Any, store: Any, names: list[str], arrow: Any) -> Any:

@@ -20,21 +20,12 @@ from microcheckpoint.engine.operator_subtask import (
 )
 from microcheckpoint.engine.placement import per_subtask
 from microcheckpoint.engine.routing import KG, SUBTASK
+from microcheckpoint.engine.spark import arrow_schema, spark_schema
 from microcheckpoint.faults import Faults
 from microcheckpoint.protocol.plan import EpochPlan
 from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["partition_stage"]
-
-_ARROW_SCHEMAS: dict[str, Any] = {}
-
-
-def _arrow_schema(spark: Any, ddl: str) -> Any:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    if ddl not in _ARROW_SCHEMAS:
-        _ARROW_SCHEMAS[ddl] = to_arrow_schema(spark.createDataFrame([], ddl).schema)
-    return _ARROW_SCHEMAS[ddl]
 
 
 def partition_stage(
@@ -57,7 +48,7 @@ def partition_stage(
         uid=op.uid,
         parallelism=parallelism,
         trigger_time_ms=plan.trigger_time_ms,
-        output_schema=_arrow_schema(spark, op.output_schema),
+        output_schema=arrow_schema(spark, op.output_schema),
         declared=dict(op.declared),
         restore=tuple(plan.restore.get(op.uid, ())),
         faults=faults,
@@ -93,7 +84,9 @@ def partition_stage(
     def run(subtask, table):  # type: ignore[no-untyped-def]
         return process_partition(ctx, function, subtask, table)
 
-    out = per_subtask(spark, grouped, SUBTASK, parallelism, run, op.output_schema)
+    out = per_subtask(
+        spark, grouped, SUBTASK, parallelism, run, spark_schema(spark, op.output_schema)
+    )
     if persist:
         out = out.persist()
         out.count()

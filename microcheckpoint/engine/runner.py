@@ -69,6 +69,7 @@ from microcheckpoint.engine.sources import (
     KafkaSplitReader,
     kafka_schema,
 )
+from microcheckpoint.engine.spark import arrow_schema, spark_schema
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
@@ -110,25 +111,6 @@ def source_schema(source: KafkaSource) -> str:
     return kafka_schema(source.value_format, source.schema)[1]
 
 
-# Spark DDL -> Spark schema: the same in every session, so each is parsed once per process.
-_SPARK_SCHEMAS: dict[str, Any] = {}
-
-
-def _spark_schema(spark: Any, ddl: str) -> Any:
-    """The schema (``StructType``) of a Spark DDL string, parsed by Spark (in-process or over
-    Connect) the first time: a function given it needs no parse of its own per epoch."""
-    if ddl not in _SPARK_SCHEMAS:
-        _SPARK_SCHEMAS[ddl] = spark.createDataFrame([], ddl).schema
-    return _SPARK_SCHEMAS[ddl]
-
-
-def _arrow_schema(spark: Any, ddl: str) -> Any:
-    """The Arrow schema of a Spark DDL string."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(_spark_schema(spark, ddl))
-
-
 def _markers(spark: Any, parallelism: int) -> Any:
     """One row per subtask, whose key group is null: every subtask runs, even with no rows."""
     from pyspark.sql import functions as F
@@ -165,10 +147,14 @@ def _kafka_frame(
     checks: RangeChecks,
     columns: tuple[str, ...] | None = None,
 ) -> Any | None:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     from microcheckpoint.adapters.kafka_reader import check_splits, split_ranges
     from microcheckpoint.protocol.barrier import Barrier
 
-    _, ddl = kafka_schema(source.value_format, source.schema, columns)
+    # the rows' schema made here: a DDL string would be parsed by Spark (over Connect, a
+    # request to the server) in every epoch
+    schema = from_arrow_schema(kafka_schema(source.value_format, source.schema, columns)[0])
     kafka = Barrier(
         {
             tp: r
@@ -178,7 +164,7 @@ def _kafka_frame(
     )
     splits = split_ranges(kafka, source.max_records_per_split)
     if not splits:
-        return spark.createDataFrame([], ddl)
+        return spark.createDataFrame([], schema)
     # Every range against its partition (retention, a re-created topic), once for the epoch,
     # while the stages are planned: the job's first action waits for it (``RangeChecks``).
     checks.start(functools.partial(check_splits, bootstrap, splits, timeout_s=source.timeout_s))
@@ -187,7 +173,7 @@ def _kafka_frame(
         drop_markers=isinstance(source, StageSource), timeout_s=source.timeout_s,
         columns=columns,
     )  # fmt: skip
-    return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, ddl)
+    return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, schema)
 
 
 class RangeChecks:
@@ -382,7 +368,7 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
         df = df.groupBy(op.key).agg(reduce(column).alias(AGGREGATE))
         if fast:
             merge_in = functools.partial(merge_partition, ctx)
-            output = _spark_schema(spark, op.output_schema)
+            output = spark_schema(spark, op.output_schema)
             return per_partition(_with_key_groups(df, op, ctx), merge_in, output), True
     routed = _with_key_groups(df, op, ctx)
     fn = op.fn
@@ -391,7 +377,7 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
         kept = _never_empty(spark, routed)
         placed = kept.repartition(ctx.parallelism, F.col(f"`{op.key}`"))
         process_in = functools.partial(process_partition, ctx, fn)
-        return per_partition(placed, process_in, _spark_schema(spark, op.output_schema)), True
+        return per_partition(placed, process_in, spark_schema(spark, op.output_schema)), True
     grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
 
     # Closures without annotations: pyspark 4.3 cannot inspect a functools.partial here.
@@ -402,7 +388,15 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
         return merge_aggregate(ctx, subtask, table)
 
     run = process if op.aggregate is None else merge
-    return per_subtask(spark, grouped, SUBTASK, ctx.parallelism, run, op.output_schema), False
+    output = spark_schema(spark, op.output_schema)
+    return per_subtask(spark, grouped, SUBTASK, ctx.parallelism, run, output), False
+
+
+def _staged_schema() -> Any:
+    """``part int, rows long``: what a sink's staging reports per part."""
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+    return StructType([StructField("part", IntegerType()), StructField("rows", LongType())])
 
 
 def _sink_stage(
@@ -421,7 +415,7 @@ def _sink_stage(
         def stage_in(part, batches):  # type: ignore[no-untyped-def]
             return stage_partition(ctx, sink, part, parallelism, batches)
 
-        return per_partition(df, stage_in, "part int, rows long")
+        return per_partition(df, stage_in, _staged_schema())
 
     columns = [F.col(f"`{c}`") for c in df.columns]
     row = F.to_json(F.struct(*columns)) if columns else F.lit("")
@@ -432,7 +426,7 @@ def _sink_stage(
     def stage(subtask, table):  # type: ignore[no-untyped-def]
         return stage_table(ctx, sink, subtask, table)
 
-    return per_subtask(spark, grouped, SUBTASK, parallelism, stage, "part int, rows long")
+    return per_subtask(spark, grouped, SUBTASK, parallelism, stage, _staged_schema())
 
 
 def _idle_acks(pipeline: Pipeline, plan: EpochPlan, store: ObjectStore, parallelism: int) -> None:
@@ -598,7 +592,7 @@ def _run_epoch(
                     parallelism=parallelism,
                     backend=stage.state_backend,
                     trigger_time_ms=plan.trigger_time_ms,
-                    output_schema=_arrow_schema(spark, stage.output_schema),
+                    output_schema=arrow_schema(spark, stage.output_schema),
                     ttl_ms=None if stage.state_ttl_s is None else int(stage.state_ttl_s * 1000),
                     full_snapshot=plan.full_snapshot,
                     restore=tuple(plan.restore.get(stage.uid, ())),

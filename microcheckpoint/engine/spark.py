@@ -7,7 +7,14 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["EPOCH_SETTINGS", "connect_spark", "local_cores", "local_spark"]
+__all__ = [
+    "EPOCH_SETTINGS",
+    "arrow_schema",
+    "connect_spark",
+    "local_cores",
+    "local_spark",
+    "spark_schema",
+]
 
 # Settings for many short epochs, in-process and on the Connect server alike. Adaptive query
 # execution re-plans at every shuffle, which costs more than it saves on epoch-sized data
@@ -94,3 +101,23 @@ def connect_spark(url: str, shared: str | None = "microcheckpoint") -> Any:
     spark = SparkSession.builder.remote(f"{base};session_id={session_id}").getOrCreate()
     spark.release_session_on_close = False
     return spark
+
+
+# Spark DDL -> Spark schema: the same in every session, so each is parsed once per process.
+_SPARK_SCHEMAS: dict[str, Any] = {}
+
+
+def spark_schema(spark: Any, ddl: str) -> Any:
+    """The schema (``StructType``) of a Spark DDL string, parsed by Spark the first time
+    (in-process, or a request to the Connect server): an Arrow function given the schema
+    needs no parse of its own per epoch."""
+    if ddl not in _SPARK_SCHEMAS:
+        _SPARK_SCHEMAS[ddl] = spark.createDataFrame([], ddl).schema
+    return _SPARK_SCHEMAS[ddl]
+
+
+def arrow_schema(spark: Any, ddl: str) -> Any:
+    """The Arrow schema of a Spark DDL string (``spark_schema``'s)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema(spark, ddl))
