@@ -464,12 +464,12 @@ def _merged_in_arrow(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) 
         or pc.any(pc.match_substring_regex(keys, _ESCAPED)).as_py()
     ):
         return None
-    values = values.cast(pa.int64())
     cks = pc.binary_join_element_wise('"', keys, '"', "")
     cks = cks.combine_chunks() if isinstance(cks, pa.ChunkedArray) else cks
     previous = state.previous_rows(pc.unique(rows.column(KG)).to_pylist(), cks)
     texts = previous.column("state")
     try:
+        values = values.cast(pa.int64())
         known = previous.column("key").combine_chunks()
         before = pc.take(texts.cast(pa.int64()), pc.index_in(cks, value_set=known))
         if ctx.aggregate == "min":
@@ -479,7 +479,7 @@ def _merged_in_arrow(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) 
         else:
             new = pc.if_else(pc.is_null(before), values, pc.add_checked(values, before))
     except (pa.ArrowInvalid, OverflowError):
-        return None  # state that is not an integer, or a sum past 64 bits: Python's integers
+        return None  # not integers within 64 bits (state, or a sum): Python's integers
     order = pc.sort_indices(cks)  # UTF-8 orders as code points do: Python's order
     cks, new, keys = pc.take(cks, order), pc.take(new, order), pc.take(keys, order)
     kgs = pc.take(rows.column(KG), order)

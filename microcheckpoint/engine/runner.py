@@ -336,10 +336,11 @@ def _never_empty(spark: Any, df: Any) -> Any:
     made once per session; asking for ``df``'s columns would cost a request over Connect."""
     from pyspark.sql import functions as F
 
-    if not _NO_ROWS or _NO_ROWS[0][0] is not spark:
-        none = spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias(NO_ROWS))
-        _NO_ROWS[:] = [(spark, none)]
-    return df.unionByName(_NO_ROWS[0][1], allowMissingColumns=True).drop(NO_ROWS)
+    made = _NO_ROWS[0] if _NO_ROWS else None
+    if made is None or made[0] is not spark:
+        made = (spark, spark.range(0, 0, 1, 1).select(F.lit(None).cast("int").alias(NO_ROWS)))
+        _NO_ROWS[:] = [made]
+    return df.unionByName(made[1], allowMissingColumns=True).drop(NO_ROWS)
 
 
 def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tuple[Any, bool]:
