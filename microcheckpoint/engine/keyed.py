@@ -38,7 +38,7 @@ from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
 from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.layout import Layout
-from microcheckpoint.state.backends import canonical_key
+from microcheckpoint.state.backends import canonical_key, canonical_string_keys
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.evolution import DESCRIPTORS_FIELD, function_descriptors
 from microcheckpoint.state.files import ROWS
@@ -441,10 +441,6 @@ def _merged_in_python(ctx: OperatorContext, state: SubtaskState, rows: pa.Table)
     )
 
 
-# A string key whose canonical JSON is itself in quotes: nothing JSON escapes in it.
-_ESCAPED = r'["\\\x00-\x1f]'
-
-
 def _merged_in_arrow(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) -> pa.Table | None:
     """``_merged_in_python``'s result and state, computed in Arrow: for string keys that
     need no JSON escape, integer aggregates and integer state (a count; a sum, min or max
@@ -459,13 +455,12 @@ def _merged_in_arrow(ctx: OperatorContext, state: SubtaskState, rows: pa.Table) 
         or ctx.aggregate not in _COMBINE
         or not pa.types.is_string(keys.type)
         or not pa.types.is_integer(values.type)
-        or keys.null_count
         or values.null_count
-        or pc.any(pc.match_substring_regex(keys, _ESCAPED)).as_py()
     ):
         return None
-    cks = pc.binary_join_element_wise('"', keys, '"', "")
-    cks = cks.combine_chunks() if isinstance(cks, pa.ChunkedArray) else cks
+    cks = canonical_string_keys(keys)
+    if cks is None:
+        return None
     previous = state.previous_rows(pc.unique(rows.column(KG)).to_pylist(), cks)
     texts = previous.column("state")
     try:

@@ -55,6 +55,21 @@ def canonical_key(key: Any) -> str:
         ) from exc
 
 
+# A string that JSON escapes nothing in: its canonical JSON is itself in quotes.
+_ESCAPED = r'["\\\x00-\x1f]'
+
+
+def canonical_string_keys(keys: Any) -> Any:
+    """``canonical_key`` of every string of the Arrow string array ``keys``, in Arrow; None
+    when one of them is null or has a character JSON escapes (the caller goes key by key)."""
+    import pyarrow.compute as pc
+
+    if keys.null_count or pc.any(pc.match_substring_regex(keys, _ESCAPED)).as_py():
+        return None
+    quoted = pc.binary_join_element_wise('"', keys, '"', "")
+    return quoted.combine_chunks() if hasattr(quoted, "combine_chunks") else quoted
+
+
 def key_of(ck: str) -> Any:
     """The key whose canonical JSON is ``ck`` (``json.loads``; a string without escapes is
     read directly)."""
