@@ -17,6 +17,7 @@ naming the file, rather than getting a wrong position.
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -32,6 +33,8 @@ __all__ = ["file_frame"]
 
 # Characters Spark's path globbing or Hadoop's Path would read as syntax, not as a name.
 _NOT_LITERAL = set("*?[]{}\\:")
+# A path Spark reports as ``file:<path>`` unchanged: URI-unreserved characters and slashes.
+_URI_AS_IS = re.compile(r"/[A-Za-z0-9._~/-]*")
 
 
 def file_frame(
@@ -88,8 +91,11 @@ def _spark_parquet(spark: Any, store: Any, names: list[str], arrow: Any) -> Any:
         if not path.is_file():
             raise _gone(store, name)
     frame = spark.read.schema(from_arrow_schema(arrow)).parquet(*map(str, paths))
-    # Spark's URI of the file, decoded ('+' is literal in a URI path, not a space).
-    uri = F.url_decode(F.replace(F.col("_metadata.file_path"), F.lit("+"), F.lit("%2B")))
+    uri = F.col("_metadata.file_path")
+    if not all(_URI_AS_IS.fullmatch(str(p)) for p in paths):
+        # Spark's URI of the file, decoded ('+' is literal in a URI path, not a space); a
+        # path of unreserved characters only is its URI as it is, with no decoding per row.
+        uri = F.url_decode(F.replace(uri, F.lit("+"), F.lit("%2B")))
     pairs = zip([f"file:{p}" for p in paths], names, strict=True)
     lookup = F.create_map(*[F.lit(x) for pair in pairs for x in pair])
     name = F.element_at(lookup, uri)

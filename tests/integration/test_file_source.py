@@ -224,9 +224,12 @@ def test_hybrid_reads_the_archive_then_kafka_from_its_end(spark, kafka_bootstrap
 ODD_NAMES = ["a b.parquet", "c+d.parquet", "e%20f.parquet", "g#ü.parquet", "sub/h i.parquet"]
 
 
-def _frame_rows(spark, folder: Path, names: list[str], python: bool = False) -> list[tuple]:
+def _frame_rows(
+    spark, folder: Path, names: list[str], python: bool = False, decoded: bool | None = None
+) -> list[tuple]:
     """The rows of ``names`` as the file source reads them; ``python``: whether the plan
-    must read through the object-store reader (a Python ``mapInArrow``) or must not."""
+    must read through the object-store reader (a Python ``mapInArrow``) or must not;
+    ``decoded``: whether Spark's reader must decode each row's file URI or must not."""
     from microcheckpoint.engine.filescan import file_frame
     from microcheckpoint.faults import Faults
 
@@ -234,6 +237,8 @@ def _frame_rows(spark, folder: Path, names: list[str], python: bool = False) -> 
     frame = file_frame(spark, source, names, {}, Faults())
     plan = frame._jdf.queryExecution().analyzed().toString()
     assert ("MapInArrow" in plan) == python, plan
+    if decoded is not None:
+        assert ("url_decode" in plan) == decoded, plan
     return sorted((r.source_file, r.source_row, r.k, r.seq) for r in frame.collect())
 
 
@@ -250,7 +255,8 @@ def test_spark_reads_local_parquet_with_each_rows_file_name_and_index(spark, tmp
         pq.write_table(table, folder / name)
         expected += [(name, r, f"{name}-{r}", i * 10 + r) for r in range(3)]
     names = [*ODD_NAMES, "j[1].parquet"]
-    assert _frame_rows(spark, folder, ODD_NAMES) == sorted(e for e in expected if e[0] in ODD_NAMES)
+    odd = sorted(e for e in expected if e[0] in ODD_NAMES)
+    assert _frame_rows(spark, folder, ODD_NAMES, decoded=True) == odd
     assert _frame_rows(spark, folder, names, python=True) == sorted(expected)  # for '['
     # The object-store reader gives the same rows for the same files.
     schema = pa.schema([("k", pa.string()), ("seq", pa.int64())])
@@ -261,6 +267,26 @@ def test_spark_reads_local_parquet_with_each_rows_file_name_and_index(spark, tmp
         for r in b.to_pylist()
     ]
     assert sorted(rows) == sorted(e for e in expected if e[0] in ODD_NAMES)
+
+
+def test_plain_paths_are_looked_up_without_decoding_each_row(spark, tmp_path) -> None:
+    """A path of URI-unreserved characters is Spark's URI as it is: each row's file is
+    looked up without a URL decode, and every row still gets its file's name and index."""
+    folder = tmp_path / "plain_in-1.x"
+    names = ["part-0.parquet", "sub/p_1~x.parquet", "sub/deeper/Z9.parquet"]
+    expected = []
+    for i, name in enumerate(names):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(
+            pa.table({"k": [f"{name}-{r}" for r in range(4)], "seq": [i] * 4}), folder / name
+        )
+        expected += [(name, r, f"{name}-{r}", i) for r in range(4)]
+    assert _frame_rows(spark, folder, names, decoded=False) == sorted(expected)
+    # One odd name among them: every row's URI is decoded, with the same rows.
+    odd = folder / "a b.parquet"
+    pq.write_table(pa.table({"k": ["x"], "seq": [9]}), odd)
+    rows = _frame_rows(spark, folder, [*names, "a b.parquet"], decoded=True)
+    assert rows == sorted([*expected, ("a b.parquet", 0, "x", 9)])
 
 
 def test_a_file_of_the_barrier_that_is_gone_is_named(spark, tmp_path) -> None:
