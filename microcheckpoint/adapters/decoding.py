@@ -177,7 +177,11 @@ def decode_json_columns(
     if (
         not pc.all(pc.match_substring_regex(text, _ONE_OBJECT)).as_py()
         or pc.any(pc.match_substring_regex(text, _NOT_IN_BULK)).as_py()
-        or pc.max(pc.count_substring_regex(text, r"[\[{]")).as_py() > 500
+        # brackets are counted only where a value is long enough to hold more than 500
+        or (
+            pc.max(pc.binary_length(raw)).as_py() > 500
+            and pc.max(pc.count_substring_regex(text, r"[\[{]")).as_py() > 500
+        )
     ):
         return None
     # Each value tagged with its index: {"<_ROW>":i, ...}, then one value per line.

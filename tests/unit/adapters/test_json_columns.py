@@ -102,6 +102,17 @@ def test_a_value_bulk_decoding_might_get_wrong_goes_value_by_value(value: bytes)
         assert not check(values)
 
 
+@pytest.mark.parametrize(("depth", "bulk_taken"), [(499, True), (500, False), (700, False)])
+def test_brackets_past_500_go_value_by_value_whatever_the_values_length(
+    depth: int, bulk_taken: bool
+) -> None:
+    """A value of up to 500 opening brackets decodes in bulk; one of more (its own "{"
+    counts) goes value by value, with short values beside it or not."""
+    deep = b'{"key": "a", "other": ' + b"[" * depth + b"]" * depth + b"}"
+    for values in ([deep], [b'{"seq": 1}', deep], [deep, b'{"key": "' + b"x" * 600 + b'"}']):
+        assert check(values) is bulk_taken
+
+
 @pytest.mark.parametrize(
     "values",
     [
