@@ -7,6 +7,8 @@ column by column, so no Python row object crosses into Spark. No Spark import he
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,7 +97,9 @@ class KafkaSplitReader:
     """Reads splits of a barrier as record batches (a ``mapInArrow`` function).
 
     Its input batches hold split indexes into ``splits``; each split is read whole, in offset
-    order, and yielded in batches of at most ``batch_rows`` records.
+    order, and yielded in batches of at most ``batch_rows`` records and ``batch_bytes`` of
+    values (one record at least): few batches for small records, bounded memory for large
+    ones.
     """
 
     bootstrap: str
@@ -103,7 +107,8 @@ class KafkaSplitReader:
     value_format: str
     schema: dict[str, str] | None = None
     faults: Faults = field(default_factory=Faults)
-    batch_rows: int = 8192  # bounds a batch's memory too: records can be large
+    batch_rows: int = 65536
+    batch_bytes: int = 8 * 1024 * 1024  # bounds a batch's memory: records can be large
     drop_markers: bool = False  # an internal topic's barrier markers are not rows
     timeout_s: float = 60.0  # a split that makes no progress this long fails (the source's)
     # only these columns (``kafka_schema``); every value is decoded and checked all the same
@@ -120,15 +125,32 @@ class KafkaSplitReader:
 
         arrow, _ = kafka_schema(self.value_format, self.schema, self.columns)
         records: list[Any] = []
+        sizes: list[int] = []  # each pending record's value bytes (``len`` of a message)
+        pending = 0  # their sum
         # The driver checked every split against its partition (``check_splits``).
         fetched = read_split_batches(self.bootstrap, split, check=False, timeout_s=self.timeout_s)
         for batch in self.faults.reading_batches(fetched):
-            records += self._without_markers(batch) if self.drop_markers else batch
-            while len(records) >= self.batch_rows:
-                yield self._batch(split, records[: self.batch_rows], arrow)
-                records = records[self.batch_rows :]
+            kept = self._without_markers(batch) if self.drop_markers else batch
+            added = list(map(len, kept))
+            records += kept
+            sizes += added
+            pending += sum(added)
+            while records and (len(records) >= self.batch_rows or pending > self.batch_bytes):
+                n = self._cut(sizes)
+                yield self._batch(split, records[:n], arrow)
+                pending -= sum(sizes[:n])
+                del records[:n], sizes[:n]
         if records:
             yield self._batch(split, records, arrow)
+
+    def _cut(self, sizes: list[int]) -> int:
+        """How many of the pending records (their values' bytes ``sizes``, which fill a
+        batch) the next batch takes: as many as keep it within ``batch_rows`` records and
+        ``batch_bytes``, and one at least."""
+        within = bisect.bisect_right(
+            list(itertools.accumulate(sizes[: self.batch_rows])), self.batch_bytes
+        )
+        return max(within, 1)
 
     def _batch(self, split: Any, records: list[Any], arrow: pa.Schema) -> pa.RecordBatch:
         """Arrow columns straight from the reader's records of ``split``, one pass per

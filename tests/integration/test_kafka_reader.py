@@ -398,6 +398,36 @@ def test_decode_record_errors_name_topic_partition_and_offset(
         decode_record(records[0], "csv", None)
 
 
+def test_the_engine_readers_batches_are_bounded_by_rows_and_by_values_bytes(
+    kafka: KafkaOffsets, kafka_bootstrap: str
+) -> None:
+    # Values of 1,000 bytes, one of 9,000 and a tombstone: every batch holds at most
+    # batch_rows records and batch_bytes of values, one record at least, all in order.
+    from microcheckpoint.engine.sources import KafkaSplitReader
+
+    tp = TopicPartition(_topic(kafka), 0)
+    sizes = [1_000] * 7 + [9_000] + [1_000] * 3 + [0] + [1_000] * 9
+    records = [(b"k", None if n == 0 else b"v" * n, [], T0 + i) for i, n in enumerate(sizes)]
+    _produce(kafka_bootstrap, tp.topic, 0, records)
+    split = Split(tp, 0, len(sizes))
+    by_bytes = KafkaSplitReader(kafka_bootstrap, (split,), "bytes", batch_bytes=4_500)
+    batches = [b.column("value").to_pylist() for b in by_bytes.read(split)]
+    lengths = [[len(v or b"") for v in values] for values in batches]
+    assert lengths == [
+        [1_000] * 4,
+        [1_000] * 3,
+        [9_000],  # larger than the bound alone: a batch of its own
+        [1_000, 1_000, 1_000, 0, 1_000],
+        [1_000] * 4,
+        [1_000] * 4,
+    ]
+    assert [v for values in batches for v in values] == [r[1] for r in records]
+    # Both bounds: rows first where they come first.
+    both = KafkaSplitReader(kafka_bootstrap, (split,), "bytes", batch_rows=3, batch_bytes=4_500)
+    counts = [b.num_rows for b in both.read(split)]
+    assert counts == [3, 3, 1, 1, 3, 3, 3, 3, 1]
+
+
 def test_the_engine_reader_builds_arrow_columns_equal_to_the_records(
     kafka: KafkaOffsets, kafka_bootstrap: str
 ) -> None:
