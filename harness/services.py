@@ -293,6 +293,10 @@ copy_other = 1
 """
 
 
+# How many times ``start_seaweedfs`` tries again on new ports when one was taken meanwhile.
+SEAWEEDFS_PORT_ATTEMPTS = 3
+
+
 def start_seaweedfs(
     log_dir: Path, timeout: float = 60.0, extra_args: list[str] | None = None
 ) -> tuple[Service, S3Endpoint]:
@@ -304,11 +308,28 @@ def start_seaweedfs(
     with 412, the conditional write the commit point needs. Data lives under
     ``<log_dir>/seaweedfs-<port>/`` and goes with that folder.
 
+    Its eight ports are free when chosen, but another process (an outgoing connection's
+    ephemeral port, on a busy machine) can take one before ``weed`` binds it, a second or
+    more later: ``weed`` then exits with "address already in use", and this starts it again
+    on new ports, up to ``SEAWEEDFS_PORT_ATTEMPTS`` times in all. Any other failure raises.
+
     Args:
         log_dir: where the data folder and ``seaweedfs-<port>.log`` go.
         timeout: seconds until the S3 gateway's health check must answer.
         extra_args: more ``weed server`` flags (for example ``-master.defaultReplication``).
     """
+    for attempt in range(1, SEAWEEDFS_PORT_ATTEMPTS + 1):
+        try:
+            return _start_seaweedfs_once(log_dir, timeout, extra_args)
+        except ServiceError as exc:
+            if "address already in use" not in str(exc) or attempt == SEAWEEDFS_PORT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_seaweedfs_once(
+    log_dir: Path, timeout: float, extra_args: list[str] | None
+) -> tuple[Service, S3Endpoint]:
     ports = {name: free_port() for name in ("s3", "s3g", "master", "masterg", "vol", "volg")}
     ports |= {name: free_port() for name in ("filer", "filerg")}
     endpoint = S3Endpoint(
