@@ -9,6 +9,7 @@ ports. Here the filer's gRPC port is one this test holds, so the first start mus
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,30 +29,33 @@ def _taking(monkeypatch: pytest.MonkeyPatch, port: int, attempts: int) -> None:
     monkeypatch.setattr(services, "SEAWEEDFS_PORT_ATTEMPTS", attempts)
 
 
-def test_a_port_taken_before_weed_binds_it_starts_seaweedfs_on_new_ports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port this test listens on."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        _taking(monkeypatch, taken.getsockname()[1], attempts=3)
-        service, endpoint = services.start_seaweedfs(tmp_path)
-        try:
-            assert services._http_ok(endpoint.url + "/healthz")
-            logs = sorted(tmp_path.glob("seaweedfs-*.log"))
-            assert len(logs) == 2, logs  # the failed start's and this one's
-            failed = [p for p in logs if p != service.log_path]
-            assert "address already in use" in failed[0].read_text()
-        finally:
-            service.stop()
+        yield int(taken.getsockname()[1])
+
+
+def test_a_port_taken_before_weed_binds_it_starts_seaweedfs_on_new_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken_port: int
+) -> None:
+    _taking(monkeypatch, taken_port, attempts=3)
+    service, endpoint = services.start_seaweedfs(tmp_path)
+    try:
+        assert services._http_ok(endpoint.url + "/healthz")
+        logs = sorted(tmp_path.glob("seaweedfs-*.log"))
+        assert len(logs) == 2, logs  # the failed start's and this one's
+        failed = [p for p in logs if p != service.log_path]
+        assert "address already in use" in failed[0].read_text()
+    finally:
+        service.stop()
 
 
 def test_without_a_second_attempt_the_taken_port_is_the_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken_port: int
 ) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        _taking(monkeypatch, taken.getsockname()[1], attempts=1)
-        with pytest.raises(ServiceError, match="address already in use"):
-            services.start_seaweedfs(tmp_path)
+    _taking(monkeypatch, taken_port, attempts=1)
+    with pytest.raises(ServiceError, match="address already in use"):
+        services.start_seaweedfs(tmp_path)
