@@ -168,7 +168,8 @@ def decode_json_columns(
     if not n:
         return None
     raw = pc.fill_null(pa.array(values, pa.binary()), b"{}")
-    if pc.sum(pc.binary_length(raw)).as_py() > _BULK_MAX_BYTES:
+    lengths = pc.binary_length(raw)
+    if pc.sum(lengths).as_py() > _BULK_MAX_BYTES:
         return None
     try:
         text = raw.cast(pa.string())  # validates UTF-8
@@ -179,7 +180,7 @@ def decode_json_columns(
         or pc.any(pc.match_substring_regex(text, _NOT_IN_BULK)).as_py()
         # brackets are counted only where a value is long enough to hold more than 500
         or (
-            pc.max(pc.binary_length(raw)).as_py() > 500
+            pc.max(lengths).as_py() > 500
             and pc.max(pc.count_substring_regex(text, r"[\[{]")).as_py() > 500
         )
     ):

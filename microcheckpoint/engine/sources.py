@@ -126,19 +126,15 @@ class KafkaSplitReader:
         arrow, _ = kafka_schema(self.value_format, self.schema, self.columns)
         records: list[Any] = []
         sizes: list[int] = []  # each pending record's value bytes (``len`` of a message)
-        pending = 0  # their sum
         # The driver checked every split against its partition (``check_splits``).
         fetched = read_split_batches(self.bootstrap, split, check=False, timeout_s=self.timeout_s)
         for batch in self.faults.reading_batches(fetched):
             kept = self._without_markers(batch) if self.drop_markers else batch
-            added = list(map(len, kept))
             records += kept
-            sizes += added
-            pending += sum(added)
-            while records and (len(records) >= self.batch_rows or pending > self.batch_bytes):
+            sizes += map(len, kept)
+            while records and (len(records) >= self.batch_rows or sum(sizes) > self.batch_bytes):
                 n = self._cut(sizes)
                 yield self._batch(split, records[:n], arrow)
-                pending -= sum(sizes[:n])
                 del records[:n], sizes[:n]
         if records:
             yield self._batch(split, records, arrow)
