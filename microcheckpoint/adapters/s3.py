@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
@@ -31,12 +31,14 @@ from botocore.exceptions import (
 )
 
 from microcheckpoint.errors import StorageError
-from microcheckpoint.storage.port import ObjectStore, StoredObject, WriteOutcome
+from microcheckpoint.storage.port import ObjectStore, StoredObject, WriteOutcome, each
 
 __all__ = ["S3Store", "ensure_bucket"]
 
 T = TypeVar("T")
 _ATTEMPTS = 6
+# Keys per DeleteObjects request: S3's maximum.
+_DELETE_BATCH = 1000
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "503"}
 _NOT_APPLIED_CONNECT = (EndpointConnectionError, ConnectTimeoutError)
 _MAYBE_APPLIED = (ReadTimeoutError, ConnectionClosedError)
@@ -224,6 +226,40 @@ class S3Store(ObjectStore):
             key,
             lambda: self.client.delete_object(Bucket=self.bucket, Key=self._key(key)),
         )
+
+    def delete_all(self, keys: Iterable[str]) -> None:
+        """DeleteObjects: up to ``_DELETE_BATCH`` keys a request, the requests sent at once.
+
+        Quiet mode: the answer names only the keys S3 could not delete; the first of them
+        is raised (a missing key is deleted, as DELETE has it). A retried request deletes
+        again what it deleted before, which is no error either.
+        """
+        work = sorted(set(keys))
+        batches = [work[i : i + _DELETE_BATCH] for i in range(0, len(work), _DELETE_BATCH)]
+        if len(batches) == 1 and len(work) == 1:
+            self.delete(work[0])
+            return
+        each(self._delete_batch, batches)
+
+    def _delete_batch(self, keys: list[str]) -> None:
+        objects = [{"Key": self._key(k)} for k in keys]
+        response = self._idempotent(
+            f"deleting {len(keys)} keys, the first",
+            keys[0],
+            lambda: self.client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
+            ),
+        )
+        failed = response.get("Errors") or []
+        if failed:
+            first = failed[0]
+            key = first.get("Key", "")
+            strip = len(f"{self.prefix}/") if self.prefix else 0
+            raise StorageError(
+                f"deleting {self.child_url(key[strip:])} failed: {first.get('Code')} "
+                f"({first.get('Message', '')}), and {len(failed) - 1} other key(s) of "
+                f"{len(keys)} in one DeleteObjects request"
+            )
 
     def list(self, prefix: str = "") -> Iterator[str]:
         full = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")

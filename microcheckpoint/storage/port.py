@@ -37,6 +37,7 @@ __all__ = [
     "ObjectStore",
     "StoredObject",
     "WriteOutcome",
+    "beside",
     "each",
     "started",
     "swap",
@@ -50,19 +51,23 @@ R = TypeVar("R")
 # connections by default).
 CONCURRENCY = 8
 
-# One pool per process, made on first use: starting threads costs about 2 ms each on a busy
-# 2-core machine, more than a request to a local S3 server. A process forked after it was
+# Pools per process, made on first use: starting threads costs about 2 ms each on a busy
+# 2-core machine, more than a request to a local S3 server. A process forked after one was
 # made (a Spark Python worker) makes its own: its parent's threads do not exist there.
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
+# ``each`` and ``started`` send requests on the first; ``beside`` runs whole steps, which
+# may use ``each`` themselves, on the second.
+_POOLS: dict[str, tuple[int, ThreadPoolExecutor]] = {}
 _POOL_LOCK = threading.Lock()
+_SIZES = {"storage": CONCURRENCY, "storage-step": 4}
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
+def _pool(name: str = "storage") -> ThreadPoolExecutor:
     with _POOL_LOCK:
-        if _POOL is None or _POOL[0] != os.getpid():
-            _POOL = (os.getpid(), ThreadPoolExecutor(CONCURRENCY, thread_name_prefix="storage"))
-        return _POOL[1]
+        made = _POOLS.get(name)
+        if made is None or made[0] != os.getpid():
+            made = (os.getpid(), ThreadPoolExecutor(_SIZES[name], thread_name_prefix=name))
+            _POOLS[name] = made
+        return made[1]
 
 
 def each(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
@@ -87,6 +92,13 @@ def started(fn: Callable[[], R]) -> Future[R]:
     caller's own (a listing sent while a sink publishes); ``.result()`` waits for it.
     Not for calls that use ``each`` themselves (see ``each``)."""
     return _pool().submit(fn)
+
+
+def beside(fn: Callable[[], R]) -> Future[R]:
+    """``fn()`` begun now on a pool of its own, for a whole step that runs beside the
+    caller's (retention's deletes while a sink publishes): unlike ``started``, ``fn`` may
+    send its requests with ``each``. Not for calls that use ``beside`` themselves."""
+    return _pool("storage-step").submit(fn)
 
 
 class WriteOutcome(Enum):
@@ -126,6 +138,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove ``key``; removing a missing key is not an error."""
+
+    def delete_all(self, keys: Iterable[str]) -> None:
+        """Remove every key of ``keys`` (missing ones are not an error), in no set order.
+
+        By default one ``delete`` each, sent at once (``each``); a store that can remove
+        many keys in one request (S3's DeleteObjects) does so. Every key is tried before
+        the first error is raised.
+        """
+        each(self.delete, keys)
 
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[str]:

@@ -128,6 +128,16 @@ class ObjectStoreContract:
         assert store.get("d/x") is None
         assert list(store.list("d/")) == []
 
+    def test_delete_all_removes_every_key_and_skips_missing_ones(self, store):
+        keys = [f"m/chk-{i}/f" for i in range(5)]
+        for key in [*keys, "m/kept"]:
+            store.put(key, b"1")
+        store.delete_all([*keys, "m/never-written"])
+        assert list(store.list("m/")) == ["m/kept"]
+        store.delete_all(keys)  # again: nothing left to delete is no error
+        store.delete_all([])
+        assert list(store.list("m/")) == ["m/kept"]
+
     def test_list_is_sorted_prefix_filtered_and_consistent(self, store):
         keys = [f"p/chk-{i:03d}/f{j}" for i in range(9) for j in range(3)] + ["q/z", "pz"]
         for key in keys:
@@ -196,6 +206,46 @@ class TestS3Store(ObjectStoreContract):
         for key in keys:
             store.put(key, b"")
         assert list(store.list("many/")) == keys  # 30 keys over pages of 7
+
+    def test_delete_all_sends_one_request_per_batch(self, store, monkeypatch):
+        import microcheckpoint.adapters.s3 as s3
+
+        monkeypatch.setattr(s3, "_DELETE_BATCH", 3)
+        keys = [f"b/{i:02d}" for i in range(7)]
+        for key in keys:
+            store.put(key, b"")
+        sent: list[int] = []
+
+        def count(params, **_kw):
+            sent.append(len(params["Delete"]["Objects"]))
+
+        events = store.client.meta.events
+        events.register("provide-client-params.s3.DeleteObjects", count)
+        try:
+            store.delete_all(keys)
+        finally:
+            events.unregister("provide-client-params.s3.DeleteObjects", count)
+        assert sorted(sent) == [1, 3, 3]
+        assert list(store.list("b/")) == []
+
+    def test_a_key_delete_objects_refuses_is_named(self, store):
+        """An error S3 returns for one key of a DeleteObjects request is raised, naming it."""
+        from microcheckpoint.errors import StorageError
+
+        def refuse(parsed, **_kw):
+            parsed["Errors"] = [
+                {"Key": store._key("e/1"), "Code": "AccessDenied", "Message": "Access Denied"}
+            ]
+
+        store.put("e/1", b"")
+        store.put("e/2", b"")
+        events = store.client.meta.events
+        events.register("after-call.s3.DeleteObjects", refuse)
+        try:
+            with pytest.raises(StorageError, match=r"deleting .*/e/1 failed: AccessDenied"):
+                store.delete_all(["e/1", "e/2"])
+        finally:
+            events.unregister("after-call.s3.DeleteObjects", refuse)
 
     def test_missing_bucket_names_bucket_and_fix(self, s3_client):
         from microcheckpoint.adapters.s3 import S3Store
