@@ -273,7 +273,7 @@ def audit_epoch(
         operators = compare(store, pipeline, meta, replayed)
     finally:
         # Step 4: nothing of the sandbox stays.
-        each(store.delete, list(store.list(layout.root)))
+        store.delete_all(list(store.list(layout.root)))
     return Audit(
         pipeline.name,
         checkpoint,

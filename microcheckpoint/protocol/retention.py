@@ -21,7 +21,7 @@ from microcheckpoint.protocol import layout as names
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import Ack, ClaimMode
 from microcheckpoint.protocol.view import CheckpointStatus, PipelineView, RecordCache, scan
-from microcheckpoint.storage.port import ObjectStore, each
+from microcheckpoint.storage.port import ObjectStore
 
 __all__ = ["claimed_folder", "cleanup_checkpoint", "enforce_retention", "reference_counts"]
 
@@ -142,8 +142,9 @@ def enforce_retention(
     oldest_kept = min(kept) if kept else None
     in_flight = (CheckpointStatus.PENDING, CheckpointStatus.COMPLETING)
     dropped = []
-    # The deletes go in three rounds, each sent at once (``each``): every dropped folder's
-    # ``_pending``, then their ``_metadata``, then every unreferenced file.
+    # The deletes go in three rounds, each sent at once (``delete_all``: on S3 one
+    # DeleteObjects request a round): every dropped folder's ``_pending``, then their
+    # ``_metadata``, then every unreferenced file.
     pendings: list[str] = []
     commits: list[str] = []
     unreferenced: list[str] = []
@@ -177,10 +178,10 @@ def enforce_retention(
                 k for k in record.keys if not _is_protocol(k[len(prefix) :]) and refs[k] == 0
             ]
     for keys in (pendings, commits, unreferenced):
-        each(store.delete, keys)
+        store.delete_all(keys)
     # Step 4: a claimed savepoint goes whole: first it stops being restorable.
     folder = claimed_folder(view, retained, refs)
     if folder is not None:
         store.delete(folder + names.METADATA)
-        each(store.delete, list(store.list(folder)))
+        store.delete_all(list(store.list(folder)))
     return dropped
