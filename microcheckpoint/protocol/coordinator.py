@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
@@ -73,7 +73,7 @@ from microcheckpoint.protocol.view import (
     scan,
     sha256_key,
 )
-from microcheckpoint.storage.port import ObjectStore, WriteOutcome, started, write_once
+from microcheckpoint.storage.port import ObjectStore, WriteOutcome, beside, started, write_once
 from microcheckpoint.storage.probe import ensure_put_if_absent
 
 __all__ = [
@@ -112,6 +112,14 @@ class StartPoint:
     offsets: dict[TopicPartition, int]
     base: CheckpointId | None
     previous: CheckpointId | None
+
+
+def _failure(step: Future[Any] | None) -> BaseException | None:
+    """What ``step`` raised, once it is done (None: it succeeded, or there is no step)."""
+    if step is None:
+        return None
+    wait([step])
+    return step.exception()
 
 
 def acknowledge(store: ObjectStore, layout: Layout, cid: CheckpointId, ack: Ack) -> AckResult:
@@ -727,46 +735,71 @@ class CheckpointCoordinator:
 
         One listing serves steps 1 and 3. It is sent with the read of ``_restore`` that
         retention needs and, when this coordinator wrote or read ``cid``'s ``_metadata``
-        (the commit point: ``cid`` is completed), while the sinks publish: three round trips
-        of an epoch's path become one.
+        (the commit point: ``cid`` is completed), while the sinks publish. When that
+        listing shows ``cid`` as the latest completed checkpoint, retention keeps ``cid``
+        and every file its ``_metadata`` names, so step 3 runs while the sinks publish
+        (as Flink drops the checkpoints a completed one subsumes before it notifies);
+        otherwise (a newer one completed meanwhile: retention may drop ``cid`` itself) it
+        runs after step 2. Either way, a failure of step 3 is raised after step 2.
         """
         listing = started(partial(scan, self.store, self.layout, self.records))
         restore = started(partial(read, self.store, self.layout.restore, RestoreMarker))
         known = self.records.get(self.layout.metadata(cid), lambda: None)
         # Step 0, at once with the listing when ``cid`` is known to be completed.
-        published, failed = False, None
+        publish: Future[None] | None = None
+        retention: Future[list[CheckpointId]] | None = None
+        if commit_sinks is not None and isinstance(known, CheckpointMetadata):
+            publish = beside(partial(commit_sinks, known))
         try:
-            if commit_sinks is not None and isinstance(known, CheckpointMetadata):
-                commit_sinks(known)
-                published = True
-        except Exception as exc:  # reported below: the listing may say why
-            failed = exc
-        finally:
             wait([listing])
             wait([restore])
-        view = listing.result()
-        view.remember_marker(self.layout.restore, restore.result())
-        record = view.records.get(cid)
-        if record is None or record.status is not CheckpointStatus.COMPLETED:
-            # Dropped meanwhile by another run's retention (its newer checkpoints
-            # completed): a publish that failed on its deleted files failed for that.
-            raise CheckpointNotFound(
-                f"checkpoint {cid} of {self.config.pipeline!r} is not completed"
-            ) from failed
-        if failed is not None:
-            raise failed
-        meta = view.metadata(cid)
-        if commit_sinks is not None and not published:
-            commit_sinks(meta)
-        # Step 1: group offsets.
-        if commit_offsets is not None and view.latest_completed == cid:
-            commit_offsets(meta.offsets)
-        # Step 2: mark notified (before retention, which may drop ``cid`` itself).
-        notified = self.layout.notified(cid)
-        self.store.put(notified, encode(NotifiedRecord(self.now_ms())))
-        if notified not in record.keys:
-            record.keys.append(notified)  # the listing shows this write: retention may drop it
-        record.notified = True
-        # Step 3: retention, and the leftovers of ``cid``, on the listing taken after
-        # ``cid`` completed (``enforce_retention`` says why that is safe).
-        enforce_retention(self.store, self.layout, self.config.retained, self.records, view)
+            view = listing.result()
+            view.remember_marker(self.layout.restore, restore.result())
+            record = view.records.get(cid)
+            if record is None or record.status is not CheckpointStatus.COMPLETED:
+                # Dropped meanwhile by another run's retention (its newer checkpoints
+                # completed): a publish that failed on its deleted files failed for that.
+                raise CheckpointNotFound(
+                    f"checkpoint {cid} of {self.config.pipeline!r} is not completed"
+                ) from _failure(publish)
+            meta = view.metadata(cid)
+            if commit_sinks is not None and publish is None:
+                publish = beside(partial(commit_sinks, meta))
+            # Step 3 while steps 0 to 2 go on, when retention keeps ``cid`` (see above).
+            early = view.latest_completed == cid
+            if early:
+                retention = beside(
+                    partial(
+                        enforce_retention,
+                        self.store,
+                        self.layout,
+                        self.config.retained,
+                        self.records,
+                        view,
+                    )
+                )
+            failed = _failure(publish)
+            if failed is not None:
+                raise failed
+            # Step 1: group offsets.
+            if commit_offsets is not None and view.latest_completed == cid:
+                commit_offsets(meta.offsets)
+            # Step 2: mark notified (before a late retention, which may drop ``cid``).
+            notified = self.layout.notified(cid)
+            self.store.put(notified, encode(NotifiedRecord(self.now_ms())))
+            if notified not in record.keys:
+                record.keys.append(notified)  # the listing shows it: retention may drop it
+            record.notified = True
+        except BaseException as exc:
+            # Nothing of this notify goes on after it returns.
+            for step in (publish, retention):
+                problem = _failure(step)
+                if problem is not None and problem is not exc:
+                    log.warning("notify of checkpoint %s: %s", cid, problem)
+            raise
+        if retention is not None:
+            retention.result()
+        else:
+            # Step 3, late: on the listing taken after ``cid`` completed
+            # (``enforce_retention`` says why that is safe).
+            enforce_retention(self.store, self.layout, self.config.retained, self.records, view)

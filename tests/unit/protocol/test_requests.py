@@ -268,3 +268,117 @@ def test_notify_of_a_checkpoint_another_run_dropped_says_so(h) -> None:
 
     with pytest.raises(CheckpointNotFound, match=f"checkpoint {cid} .* is not completed"):
         ours.notify(cid, commit_sinks=publish)
+
+
+class DeletesWhile(Recording):
+    """A recording store that sets ``deleted`` when a key containing ``needle`` is deleted,
+    and can fail every DELETE (``fail_deletes``)."""
+
+    def __init__(self, url: str, needle: str) -> None:
+        super().__init__(url)
+        self.needle = needle
+        self.deleted = threading.Event()
+        self.fail_deletes = False
+
+    def delete(self, key: str) -> None:
+        if self.fail_deletes:
+            raise StorageError(f"DELETE {key}: connection reset")
+        super().delete(key)
+        if self.needle in key:
+            self.deleted.set()
+
+
+def test_retention_deletes_while_the_sinks_publish(h) -> None:
+    coord = h.coordinator(retained=1)
+    first = _completed(h, coord, h.store, 5)
+    coord.notify(first)
+    store = h.store = coord.store = DeletesWhile(h.store.url, h.layout.pending(first))
+    cid = _completed(h, coord, store, 9)
+    seen: list[bool] = []
+
+    def publish(meta) -> None:
+        # Checkpoint 1 is dropped while the sinks publish 2, not after 2 is notified.
+        seen.append(store.deleted.wait(5.0))
+
+    store.log.clear()
+    coord.notify(cid, commit_sinks=publish)
+    assert seen == [True]
+    assert [k for k in store.list(h.layout.root) if h.layout.chk(first) in k] == []
+    assert h.coordinator().view().records[cid].notified
+
+
+def test_retention_after_notified_when_a_newer_checkpoint_completed(h) -> None:
+    ours = h.coordinator(retained=1)
+    cid = _completed(h, ours, h.store, 5)
+    _completed(h, h.coordinator(retained=1), h.store, 9)  # completed, not notified
+    store = h.store = ours.store = DeletesWhile(h.store.url, h.layout.pending(cid))
+    seen: list[bool] = []
+    ours.notify(cid, commit_sinks=lambda meta: seen.append(store.deleted.wait(0.3)))
+    # Retention may drop checkpoint 1 itself: it runs once 1 is published and notified.
+    assert seen == [False]
+    ops = [(op, key) for op, key in store.log if op in ("PUT", "DELETE")]
+    assert ops.index(("PUT", h.layout.notified(cid))) < ops.index(("DELETE", h.layout.pending(cid)))
+    assert [k for k in store.list(h.layout.root) if h.layout.chk(cid) in k] == []
+
+
+def test_a_failed_retention_beside_the_sinks_is_raised_after_notified(h) -> None:
+    coord = h.coordinator(retained=1)
+    coord.notify(_completed(h, coord, h.store, 5))
+    store = h.store = coord.store = DeletesWhile(h.store.url, "_pending")
+    cid = _completed(h, coord, store, 9)
+    store.fail_deletes = True
+    published: list[int] = []
+    with pytest.raises(StorageError, match=r"DELETE .*connection reset"):
+        coord.notify(cid, commit_sinks=lambda meta: published.append(meta.checkpoint_id.value))
+    assert published == [cid.value]
+    assert h.coordinator().view().records[cid].notified
+
+
+def test_a_failed_publish_is_raised_and_nothing_is_notified(h) -> None:
+    coord = h.coordinator(retained=1)
+    coord.notify(_completed(h, coord, h.store, 5))
+    cid = _completed(h, coord, h.store, 9)
+
+    def publish(meta) -> None:
+        raise MetadataFormatError(f"staged output of epoch {meta.checkpoint_id} is missing")
+
+    with pytest.raises(MetadataFormatError, match="is missing"):
+        coord.notify(cid, commit_sinks=publish)
+    assert not h.coordinator().view().records[cid].notified
+    # Its retention ran beside it, as Flink drops subsumed checkpoints before it notifies:
+    # checkpoint 2 is kept whole, and the next notify publishes it.
+    published: list[int] = []
+    coord.notify(cid, commit_sinks=lambda meta: published.append(meta.checkpoint_id.value))
+    assert published == [cid.value] and h.coordinator().view().records[cid].notified
+
+
+class DeletesAfter(Recording):
+    """A recording store whose DELETEs wait (up to 5 s) for a PUT of a key containing
+    ``needle``, and note whether one came."""
+
+    def __init__(self, url: str, needle: str) -> None:
+        super().__init__(url)
+        self.needle = needle
+        self.put_seen = threading.Event()
+        self.waited: list[bool] = []
+
+    def put(self, key: str, data: bytes) -> None:
+        super().put(key, data)
+        if self.needle in key:
+            self.put_seen.set()
+
+    def delete(self, key: str) -> None:
+        self.waited.append(self.put_seen.wait(5.0))
+        super().delete(key)
+
+
+def test_notified_is_written_without_waiting_for_retention(h) -> None:
+    coord = h.coordinator(retained=1)
+    first = _completed(h, coord, h.store, 5)
+    coord.notify(first)
+    cid = _completed(h, coord, h.store, 9)
+    store = h.store = coord.store = DeletesAfter(h.store.url, h.layout.notified(cid))
+    coord.notify(cid, commit_sinks=lambda meta: None)
+    # Every delete of checkpoint 1 waited for checkpoint 2's _notified, and got it.
+    assert store.waited and all(store.waited)
+    assert [k for k in store.list(h.layout.root) if h.layout.chk(first) in k] == []
