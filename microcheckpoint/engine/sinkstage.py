@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import pyarrow as pa
 
@@ -30,7 +31,8 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import EpochInfo, Sink
 from microcheckpoint.state.handles import StateHandle
-from microcheckpoint.storage import ObjectStore, each
+from microcheckpoint.storage import ObjectStore
+from microcheckpoint.storage.port import started
 
 if TYPE_CHECKING:
     from microcheckpoint.engine.api import Pipeline
@@ -132,6 +134,53 @@ def stage_partition(
     )
 
 
+class StagedParts(Sequence[list[dict[str, Any]]]):
+    """The staged parts of one sink's epoch, as ``Sink.commit`` takes them: part ``i`` is
+    subtask ``i``'s rows. Their reads are sent when this is made and waited for on first
+    use, so a sink's own first request (``FileSink`` looks for its manifest) goes at once
+    with them, and a sink that finds the epoch published reads none of them.
+
+    Raises (on first use):
+        MetadataFormatError: a staged part is missing, or differs from its handle.
+    """
+
+    def __init__(
+        self, store: ObjectStore, sink: Sink, epoch: int, handles: list[list[StateHandle]]
+    ) -> None:
+        self._store, self._uid, self._epoch, self._count = store, sink.uid, epoch, len(handles)
+        self._handles = [(i, h) for i, hs in enumerate(handles) for h in hs]
+        self.reads = [started(functools.partial(store.get, h.key)) for _, h in self._handles]
+        self._parts: list[list[dict[str, Any]]] | None = None
+
+    def _load(self) -> list[list[dict[str, Any]]]:
+        if self._parts is not None:
+            return self._parts
+        parts: list[list[dict[str, Any]]] = [[] for _ in range(self._count)]
+        for (i, handle), read in zip(self._handles, self.reads, strict=True):
+            obj, url = read.result(), self._store.child_url(handle.key)
+            if obj is None:
+                raise MetadataFormatError(
+                    f"staged output {url} of sink {self._uid!r}, epoch {self._epoch}, "
+                    "is missing; it cannot be published"
+                )
+            data = handle.check(obj.data, url, f"staged output of sink {self._uid!r}")
+            parts[i].extend(json.loads(line) for line in data.splitlines() if line)
+        self._parts = parts
+        return parts
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> list[dict[str, Any]]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[list[dict[str, Any]]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._load()[index]
+
+
 def commit_sinks(
     store: ObjectStore, sinks: Iterable[Sink], meta: CheckpointMetadata, source_uid: str = ""
 ) -> None:
@@ -147,21 +196,14 @@ def commit_sinks(
         tasks = sorted((t for t in meta.acks if t.uid.value == sink.uid), key=lambda t: t.subtask)
         if not tasks:
             continue  # the sink was added after this checkpoint was triggered
-        handles = [(i, h) for i, t in enumerate(tasks) for h in meta.acks[t].handles]
-        found = each(lambda ih: store.get(ih[1].key), handles)  # the staged parts, at once
-        parts: list[list[dict[str, Any]]] = [[] for _ in tasks]
-        for (i, handle), obj in zip(handles, found, strict=True):
-            if obj is None:
-                raise MetadataFormatError(
-                    f"staged output {store.child_url(handle.key)} of sink {sink.uid!r}, "
-                    f"epoch {meta.checkpoint_id}, is missing; it cannot be published"
-                )
-            url = store.child_url(handle.key)
-            data = handle.check(obj.data, url, f"staged output of sink {sink.uid!r}")
-            parts[i].extend(json.loads(line) for line in data.splitlines() if line)
         if sink.commit_empty_epochs or any(meta.acks[t].handles for t in tasks):
             info = EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value, *timed)
-            sink.commit(info, parts)
+            handles = [list(meta.acks[t].handles) for t in tasks]
+            parts = StagedParts(store, sink, info.checkpoint_id, handles)
+            try:
+                sink.commit(info, parts)
+            finally:
+                wait(parts.reads)  # no read of this epoch goes on after its publish
 
 
 def sink_publisher(
