@@ -90,6 +90,8 @@ def purpose_of(record: RequestRecord) -> str:
         if "/_manifests/" in prefix:
             return "list the sink's manifests"
         return f"list {prefix or 'the bucket'}"
+    if record.op is Op.DELETE and record.method == "POST":
+        return "deletes (DeleteObjects, several keys)"
     key = record.key
     name = key.rsplit("/", 1)[-1]
     if key.startswith(("_probe/", "checkpoints/_probe/")):

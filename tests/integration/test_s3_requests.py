@@ -45,14 +45,12 @@ EXPECTED = {
     ("_cancelled (read: id floor)", "GET"): 1,
     ("_failures_reset (read)", "GET"): 1,
     # Retention drops checkpoint 1 (its _pending, then _metadata, then the rest) and
-    # deletes checkpoint 2's acks (now inside its _metadata).
+    # deletes checkpoint 2's acks (now inside its _metadata). A round of one key is a
+    # DELETE; the last round's ten keys (checkpoint 1's _outcome, _notified, _attempt and
+    # two staged parts, checkpoint 2's five acks) go in one DeleteObjects request.
     ("_pending (barrier n, put-if-absent)", "DELETE"): 1,
     ("_metadata (the commit point)", "DELETE"): 1,
-    ("_outcome (COMPLETED claim)", "DELETE"): 1,
-    ("_notified", "DELETE"): 1,
-    ("_attempt marker", "DELETE"): 1,
-    ("sink staged part", "DELETE"): 2,
-    ("ack (one per task, put-if-absent)", "DELETE"): 5,
+    ("deletes (DeleteObjects, several keys)", "DELETE"): 1,
 }
 
 
@@ -74,14 +72,14 @@ def test_a_steady_state_epoch_makes_exactly_the_budgeted_requests(
         "GET": 14 + state_gets,
         "HEAD": 0,
         "LIST": 4,
-        "DELETE": 12,
+        "DELETE": 3,
     }
     # Each keyed subtask reads at most its chain (epoch 1's delta of each subtask).
     assert 0 <= state_gets <= 2
-    # The critical path, at most: the driver's 39 requests (it sends some at once: the
-    # markers, the acks it reads, retention's deletes), then the longest
+    # The critical path, at most: the driver's 30 requests (it sends some at once: the
+    # markers, the acks it reads, retention beside the sink's publish), then the longest
     # keyed task (PUT delta, put-if-absent ack, and a GET of its chain when its worker's
     # cache lacks it), then the longest sink task (PUT staged part, ack).
-    assert second.driver() == 39
-    assert second.critical() == 39 + (2 + (1 if state_gets else 0)) + 2
+    assert second.driver() == 30
+    assert second.critical() == 30 + (2 + (1 if state_gets else 0)) + 2
     assert second.sequential() <= len(second.records)
