@@ -169,10 +169,12 @@ def trigger_checkpoint(
     coord: CheckpointCoordinator,
     pipeline: Any,
     aligned_waited_s: float | None = None,
+    begin: bool = False,
 ) -> CheckpointId:
     """Recover, then allocate the next checkpoint of ``pipeline`` and write its barrier;
     returns its id. ``aligned_waited_s``: how long a stage waited for its inputs' markers
-    (default: until now).
+    (default: until now). ``begin``: this task processes the epoch next with ``coord``
+    (``start_epoch``'s ``begin``).
 
     Skips the task (``AirflowSkipException``) while the pipeline is suspended; a refusal of
     the core fails it without retries.
@@ -197,6 +199,7 @@ def trigger_checkpoint(
                 aligned_waited_s=(
                     _aligned_waited(context) if aligned_waited_s is None else aligned_waited_s
                 ),
+                begin=begin,
             )
         except TriggerRefused as exc:
             if coord.trigger_decision().verdict is Verdict.SUSPENDED:
@@ -347,7 +350,9 @@ class LocalEpochOperator(PipelineOperator):
         """Steps 2 and 3 of ``run``: once the barrier is placed, a failure fails the task."""
         if not self.trigger:
             return self.process(self.cid(), coord, pipeline, spark, bootstrap)  # type: ignore[arg-type]
-        cid = trigger_checkpoint(self, context, coord, pipeline, aligned_waited_s=waited)
+        cid = trigger_checkpoint(
+            self, context, coord, pipeline, aligned_waited_s=waited, begin=True
+        )
         context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
         try:
             return self.process(cid, coord, pipeline, spark, bootstrap)

@@ -62,6 +62,7 @@ def run_cycle(
             default_parallelism=parallelism,
             publish=publish,
             rerun_pending=True,
+            begin=True,  # planned below, by this coordinator
         )
         cid = start.checkpoint_id
         # Step 2: the plan.

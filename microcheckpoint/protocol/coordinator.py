@@ -36,6 +36,7 @@ from microcheckpoint.errors import (
     CheckpointNotFound,
     CommitConflict,
     MetadataFormatError,
+    MicrocheckpointError,
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
@@ -183,6 +184,8 @@ class CheckpointCoordinator:
         self.records = RecordCache()
         # The listing ``trigger`` took after allocating a checkpoint, for its ``plan``.
         self._triggered: dict[CheckpointId, PipelineView] = {}
+        # The first attempt a trigger with ``begin`` wrote, for ``plan`` to take.
+        self._begun: dict[CheckpointId, int] = {}
         # The ack keys of the attempts this coordinator planned and has not decided yet:
         # the listing after the tasks acked reads them at the same time (``view``).
         self._planned: dict[CheckpointId, list[str]] = {}
@@ -286,6 +289,7 @@ class CheckpointCoordinator:
         data_interval: DataInterval | None = None,
         alignment: Alignment | None = None,
         view: PipelineView | None = None,
+        begin: bool = False,
     ) -> PendingCheckpoint:
         """Allocate checkpoint n and write its barrier.
 
@@ -315,6 +319,11 @@ class CheckpointCoordinator:
             alignment: a stage input's alignment, from its offsets port's ``align``.
             view: a view ``finish_completing`` returned just before (``start_epoch``'s),
                 to decide on without listing again; by default the trigger lists.
+            begin: this coordinator plans n next (``plan``), in this process: step 6
+                also begins n's first attempt (``_attempt-00002``), sent at once with its
+                listing, so ``plan`` writes nothing. Not for a trigger whose epoch another
+                process runs (it would begin an attempt of its own: a second run in n's
+                history).
         """
         # Step 1: the store keeps its put-if-absent promise (one GET after the first time).
         if not self._store_probed:
@@ -371,9 +380,13 @@ class CheckpointCoordinator:
                 break
             cid = cid.next()
         # Step 6: a racing trigger may have allocated a lower id meanwhile. (``plan`` of
-        # ``cid`` by this coordinator starts from this listing: n's ``_pending`` is in it.)
+        # ``cid`` by this coordinator starts from this listing: n's ``_pending`` is in it;
+        # with ``begin``, its first attempt is written meanwhile.)
+        first = started(partial(self._first_attempt, cid)) if begin else None
         after = self.view()
         self._triggered = {cid: after}
+        if first is not None and (attempt := first.result()) is not None:
+            self._begun = {cid: attempt}
         lower = [c for c in after.pending if c < cid]
         if len(lower) >= self.config.effective_max_concurrent:
             self.abort(
@@ -417,12 +430,28 @@ class CheckpointCoordinator:
             raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} does not exist")
         return record.barrier
 
+    def _first_attempt(self, cid: CheckpointId) -> int | None:
+        """Begin attempt 2, the first run's, of checkpoint ``cid`` this coordinator just
+        triggered; None when another run began it first or the write failed (``plan``
+        then begins the next attempt itself, and meets the failure there)."""
+        attempt = 2  # attempt 1 is the trigger's own (``PendingCheckpoint``)
+        marker = encode(AttemptRecord(attempt, self.token, self.now_ms()))
+        try:
+            written = write_once(self.store, self.layout.attempt(cid, attempt), marker)
+        except MicrocheckpointError as exc:
+            log.warning("beginning attempt %d of checkpoint %s: %s", attempt, cid, exc)
+            return None
+        return attempt if written is WriteOutcome.OK else None
+
     def begin_attempt(self, cid: CheckpointId, view: PipelineView | None = None) -> int:
         """Start a new processing attempt of a pending checkpoint; older attempts' acks stop counting."""
         view = view or self.view()
         record = view.records.get(cid)
         if record is None or record.status is not CheckpointStatus.PENDING:
             raise CheckpointNotFound(f"checkpoint {cid} is not pending")
+        begun = self._begun.pop(cid, None)
+        if begun is not None:
+            return begun  # written by the trigger, at once with the listing ``view`` is
         attempt = record.attempt + 1
         while True:
             marker = encode(AttemptRecord(attempt, self.token, self.now_ms()))

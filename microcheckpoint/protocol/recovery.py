@@ -103,6 +103,7 @@ def start_epoch(
     interval: tuple[datetime, datetime] | None = None,
     labels: Mapping[str, Any] | None = None,
     aligned_waited_s: float = 0,
+    begin: bool = False,
 ) -> EpochStart:
     """Recover, then pick the epoch to process (see the module's steps).
 
@@ -119,6 +120,8 @@ def start_epoch(
         labels: facts for the history, kept in ``_pending``.
         aligned_waited_s: how long a stage input's alignment was waited for before this
             call (``alignment_wait``, polled by a sensor); counts toward its timeouts.
+        begin: the caller plans the triggered epoch next with ``coordinator``, in this
+            process (``CheckpointCoordinator.trigger``'s ``begin``).
 
     Raises:
         ConfigError: policy ``data_interval`` without an interval.
@@ -170,6 +173,7 @@ def start_epoch(
         data_interval=data_interval,
         alignment=alignment,
         view=view,
+        begin=begin,
     )
     return EpochStart(pending.checkpoint_id)
 

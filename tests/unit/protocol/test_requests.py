@@ -382,3 +382,49 @@ def test_notified_is_written_without_waiting_for_retention(h) -> None:
     # Every delete of checkpoint 1 waited for checkpoint 2's _notified, and got it.
     assert store.waited and all(store.waited)
     assert [k for k in store.list(h.layout.root) if h.layout.chk(first) in k] == []
+
+
+class ListsWhileWriting(ListsWhile):
+    """``ListsWhile`` for put-if-absent writes: a listing waits for one of a key containing
+    ``needle`` to begin."""
+
+    def put_if_absent(self, key: str, data: bytes) -> WriteOutcome:
+        if self.needle is not None and self.needle in key:
+            self.began.set()
+        return super().put_if_absent(key, data)
+
+
+def test_a_trigger_that_plans_begins_its_attempt_while_it_lists(h) -> None:
+    store = h.store = ListsWhileWriting(h.store.url)
+    coord = h.coordinator()
+    view = coord.finish_completing()
+    store.expect("/_attempt-")
+    cid = coord.trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0}), view=view, begin=True)
+    # The race check's listing, during which the first attempt was written.
+    assert store.overlapped == [True]
+    store.needle = None
+    store.log.clear()
+    plan = coord.plan(cid.checkpoint_id)
+    assert plan.attempt == 2
+    assert [op for op, _ in store.log if op.startswith("PUT")] == []  # it wrote nothing
+    # Without ``begin`` the trigger writes no attempt, and the plan begins attempt 2.
+    other = h.coordinator(max_concurrent=2)
+    nxt = other.trigger(tasks(1), {TP0: 9}, h.startup({TP0: 0})).checkpoint_id
+    assert not [k for op, k in store.log if op == "PUT_IF_ABSENT" and "_attempt-" in k]
+    assert other.plan(nxt).attempt == 2
+
+
+class TakenFirst(Recording):
+    """A recording store where another run writes ``_attempt-00002`` just before ours."""
+
+    def put_if_absent(self, key: str, data: bytes) -> WriteOutcome:
+        if key.endswith("/_attempt-00002"):
+            super().put_if_absent(key, data)
+        return super().put_if_absent(key, data)
+
+
+def test_a_first_attempt_another_run_began_makes_the_plan_begin_the_next(h) -> None:
+    h.store = TakenFirst(h.store.url)
+    coord = h.coordinator()
+    cid = coord.trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0}), begin=True).checkpoint_id
+    assert coord.plan(cid).attempt == 3
