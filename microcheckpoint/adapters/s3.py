@@ -107,6 +107,10 @@ class S3Store(ObjectStore):
             raise StorageError(f"{url!r} is not an s3://bucket[/prefix] URL")
         return cls(make_client(**options), parsed.netloc, parsed.path)
 
+    def _unkey(self, full: str) -> str:
+        """The store's key of S3 key ``full`` (``_key`` undone: the prefix taken off)."""
+        return full[len(self.prefix) + 1 :] if self.prefix else full
+
     def _key(self, key: str) -> str:
         if not key or key.startswith("/"):
             raise StorageError(f"invalid object key {key!r}: use relative '/'-separated names")
@@ -235,11 +239,13 @@ class S3Store(ObjectStore):
         again what it deleted before, which is no error either.
         """
         work = sorted(set(keys))
-        batches = [work[i : i + _DELETE_BATCH] for i in range(0, len(work), _DELETE_BATCH)]
-        if len(batches) == 1 and len(work) == 1:
+        if len(work) == 1:
             self.delete(work[0])
             return
-        each(self._delete_batch, batches)
+        each(
+            self._delete_batch,
+            [work[i : i + _DELETE_BATCH] for i in range(0, len(work), _DELETE_BATCH)],
+        )
 
     def _delete_batch(self, keys: list[str]) -> None:
         objects = [{"Key": self._key(k)} for k in keys]
@@ -253,17 +259,15 @@ class S3Store(ObjectStore):
         failed = response.get("Errors") or []
         if failed:
             first = failed[0]
-            key = first.get("Key", "")
-            strip = len(f"{self.prefix}/") if self.prefix else 0
             raise StorageError(
-                f"deleting {self.child_url(key[strip:])} failed: {first.get('Code')} "
+                f"deleting {self.child_url(self._unkey(first.get('Key', '')))} failed: "
+                f"{first.get('Code')} "
                 f"({first.get('Message', '')}), and {len(failed) - 1} other key(s) of "
                 f"{len(keys)} in one DeleteObjects request"
             )
 
     def list(self, prefix: str = "") -> Iterator[str]:
         full = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
-        strip = len(f"{self.prefix}/") if self.prefix else 0
 
         def pages() -> list[str]:
             keys: list[str] = []
@@ -271,7 +275,7 @@ class S3Store(ObjectStore):
             for page in paginator.paginate(
                 Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": self.page_size}
             ):
-                keys.extend(item["Key"][strip:] for item in page.get("Contents", ()))
+                keys.extend(self._unkey(item["Key"]) for item in page.get("Contents", ()))
             return keys
 
         return iter(sorted(self._idempotent("listing", prefix or "", pages)))

@@ -795,23 +795,17 @@ class CheckpointCoordinator:
             if commit_sinks is not None and publish is None:
                 publish = beside(partial(commit_sinks, meta))
             # Step 3 while steps 0 to 2 go on, when retention keeps ``cid`` (see above).
-            early = view.latest_completed == cid
-            if early:
-                retention = beside(
-                    partial(
-                        enforce_retention,
-                        self.store,
-                        self.layout,
-                        self.config.retained,
-                        self.records,
-                        view,
-                    )
-                )
+            latest = view.latest_completed == cid
+            retain = partial(
+                enforce_retention, self.store, self.layout, self.config.retained, self.records, view
+            )
+            if latest:
+                retention = beside(retain)
             failed = _failure(publish)
             if failed is not None:
                 raise failed
             # Step 1: group offsets.
-            if commit_offsets is not None and view.latest_completed == cid:
+            if commit_offsets is not None and latest:
                 commit_offsets(meta.offsets)
             # Step 2: mark notified (before a late retention, which may drop ``cid``).
             notified = self.layout.notified(cid)
@@ -831,4 +825,4 @@ class CheckpointCoordinator:
         else:
             # Step 3, late: on the listing taken after ``cid`` completed
             # (``enforce_retention`` says why that is safe).
-            enforce_retention(self.store, self.layout, self.config.retained, self.records, view)
+            retain()
