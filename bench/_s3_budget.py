@@ -14,8 +14,10 @@ The critical path is measured two ways:
   one another) plus, for every Spark stage, the requests of its longest task (the tasks of
   a stage may run side by side; the keyed stage ends before the sink's begins). A task is
   one client connection of an executor (each task opens its store, and one thread uses one
-  connection); its stage is the uid of the ack it wrote. What the chain would be with a
-  core per task.
+  connection); its stage is the uid of the ack it wrote. A keyed task's GETs of state
+  files are not in its chain: it sends them as it starts, beside its shuffle read
+  (``engine.keyed._prefetch``), so no request of its waits for them. What the chain would
+  be with a core per task.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ def dependency_path(records: Iterable[RequestRecord], driver_host: str) -> int:
     for record in records:
         if record.host.startswith(driver_host):
             driver += 1
-        else:
+        elif not (record.op is Op.GET and "/state/" in record.key):
             tasks[record.client_port].append(record)
     longest: Counter[str] = Counter()
     for task in tasks.values():

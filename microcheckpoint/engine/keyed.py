@@ -41,7 +41,7 @@ from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.state.backends import canonical_key, canonical_string_keys
 from microcheckpoint.state.chains import key_group_chains
 from microcheckpoint.state.evolution import DESCRIPTORS_FIELD, function_descriptors
-from microcheckpoint.state.files import ROWS
+from microcheckpoint.state.files import ROWS, prefetch
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.state.keygroups import BLAKE2B, SCHEME_FIELD, owned_key_groups
 from microcheckpoint.state.kinds import cleanup, is_pseudo_key
@@ -206,6 +206,20 @@ def _subtask_state(
     return state, task
 
 
+def _prefetch(ctx: OperatorContext, subtask: int) -> None:
+    """Begin reading the state files subtask ``subtask`` restores from (every file in its
+    key groups' chains), before its rows arrive: on S3 those reads then overlap the
+    shuffle's instead of coming between it and the subtask's writes. Files the worker has
+    cached cost nothing (``state.files.prefetch``)."""
+    if ctx.backend != "table" or not ctx.restore or not 0 <= subtask < ctx.parallelism:
+        return  # (a partition beyond the subtasks is refused as its rows are received)
+    owned = owned_key_groups(ctx.max_parallelism, ctx.parallelism, subtask, ctx.key_groups)
+    chains = key_group_chains(ctx.restore)
+    handles = [h for kg in owned for h in chains.get(kg, ())]
+    if handles:
+        prefetch(open_store(ctx.store_url, **ctx.store_options), handles)
+
+
 def _previous(state: SubtaskState, keys: Iterable[tuple[str, int]]) -> dict[str, tuple[Any, int]]:
     """The state before this epoch of the (canonical key, key group) pairs ``keys``."""
     keys_by_kg: dict[int, list[str]] = {}
@@ -329,7 +343,8 @@ def _partition_table(
 ) -> pa.Table | None:
     """The rows of Spark partition ``partition`` as one table (None: no rows), once each
     row's ``__subtask`` is checked to be ``partition``: a partition holding another
-    subtask's row (a plan that shuffled otherwise) raises before anything is read or written.
+    subtask's row (a plan that shuffled otherwise) raises before anything is written (the
+    state reads its ``_prefetch`` began are only reads into the cache).
 
     Raises:
         PlacementError: a row of another subtask, or a partition beyond the parallelism.
@@ -369,6 +384,7 @@ def merge_partition(
         PlacementError: a row of another subtask, or a partition beyond the parallelism.
     """
     timer = AckTimer()  # the subtask begins: receiving its rows is its read part
+    _prefetch(ctx, partition)
     with timer.reading():
         table = _partition_table(ctx, partition, batches, "the aggregation")
     if table is None:
@@ -390,6 +406,7 @@ def process_partition(
         PlacementError: a row of another subtask, or a partition beyond the parallelism.
     """
     timer = AckTimer()  # the subtask begins: receiving its rows is its read part
+    _prefetch(ctx, partition)
     with timer.reading():
         table = _partition_table(ctx, partition, batches, "the repartition by key")
     rows = table or _empty_rows(ctx.key)

@@ -19,12 +19,15 @@ read in ``FILES``, a cache bounded by bytes: a warm engine re-reads only new fil
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -33,7 +36,7 @@ import pyarrow.parquet as pq
 
 from microcheckpoint.errors import CheckpointNotFound, MetadataFormatError
 from microcheckpoint.state.handles import StateHandle
-from microcheckpoint.storage.port import ObjectStore
+from microcheckpoint.storage.port import ObjectStore, started
 
 __all__ = [
     "BASE_NAME",
@@ -42,6 +45,7 @@ __all__ = [
     "ROWS",
     "FileCache",
     "encode_rows",
+    "prefetch",
     "read_parquet",
     "read_rows",
     "rows_from_groups",
@@ -163,24 +167,45 @@ def rows_of(data: bytes, handle: StateHandle, source: str) -> pa.Table:
 
 
 class FileCache:
-    """State rows of files already read, by store URL and key; least recently used go first."""
+    """State rows of files already read, by store URL and key; least recently used go first.
+
+    A file is read once at a time: a ``get`` of a file another thread is reading (a
+    subtask's ``prefetch``) waits for that read instead of sending its own, and reads it
+    itself only if that read failed (so the error it reports is its own).
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._tables: OrderedDict[tuple[str, str], pa.Table] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._reading: dict[tuple[str, str], Future[pa.Table]] = {}
 
     def get(
         self, store: ObjectStore, handle: StateHandle, load: Callable[[], pa.Table]
     ) -> pa.Table:
         key = (store.url, handle.key)
-        with self._lock:
-            table = self._tables.get(key)
-            if table is not None:
-                self._tables.move_to_end(key)
-                return table
-        table = load()
+        waited = False
+        while True:
+            with self._lock:
+                table = self._tables.get(key)
+                if table is not None:
+                    self._tables.move_to_end(key)
+                    return table
+                theirs = None if waited else self._reading.get(key)
+                if theirs is None:
+                    mine: Future[pa.Table] = Future()
+                    self._reading.setdefault(key, mine)
+                    break
+            waited = True
+            with contextlib.suppress(Exception):  # their read failed: read it ourselves
+                return theirs.result()
+        try:
+            table = load()
+        except BaseException as exc:
+            self._done(key, mine)
+            mine.set_exception(exc)
+            raise
         with self._lock:
             if key not in self._tables:
                 self._tables[key] = table
@@ -188,7 +213,14 @@ class FileCache:
             while self._bytes > self.max_bytes and len(self._tables) > 1:
                 _, old = self._tables.popitem(last=False)
                 self._bytes -= old.nbytes
+        self._done(key, mine)
+        mine.set_result(table)
         return table
+
+    def _done(self, key: tuple[str, str], read: Future[pa.Table]) -> None:
+        with self._lock:
+            if self._reading.get(key) is read:
+                del self._reading[key]
 
     def clear(self) -> None:
         with self._lock:
@@ -215,6 +247,23 @@ def read_rows(store: ObjectStore, handle: StateHandle, cache: FileCache | None =
         return rows_of(handle.check(obj.data, url), handle, url)
 
     return load() if cache is None else cache.get(store, handle, load)
+
+
+def prefetch(
+    store: ObjectStore, handles: Iterable[StateHandle], cache: FileCache = FILES
+) -> list[Future[pa.Table]]:
+    """Begin reading the files of ``handles`` into ``cache``, at once, on the storage pool
+    (``storage.started``): a subtask sends them as it starts, while its rows still arrive,
+    so no state read waits after them. A file already cached costs nothing; a read that
+    fails is left for the subtask's own (``FileCache.get`` reads it again and reports it).
+    """
+
+    def read(handle: StateHandle) -> pa.Table | None:
+        with contextlib.suppress(Exception):
+            return read_rows(store, handle, cache)
+        return None
+
+    return [started(partial(read, h)) for h in {h.key: h for h in handles}.values()]
 
 
 def select(

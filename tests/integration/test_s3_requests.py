@@ -78,8 +78,9 @@ def test_a_steady_state_epoch_makes_exactly_the_budgeted_requests(
     assert 0 <= state_gets <= 2
     # The critical path, at most: the driver's 30 requests (it sends some at once: the
     # markers, the acks it reads, retention beside the sink's publish), then the longest
-    # keyed task (PUT delta, put-if-absent ack, and a GET of its chain when its worker's
-    # cache lacks it), then the longest sink task (PUT staged part, ack).
+    # keyed task (PUT delta, put-if-absent ack; the GET of its chain, when its worker's
+    # cache lacks it, goes as the task starts, beside its shuffle read), then the longest
+    # sink task (PUT staged part, ack).
     assert second.driver() == 30
-    assert second.critical() == 30 + (2 + (1 if state_gets else 0)) + 2
+    assert second.critical() == 30 + 2 + 2
     assert second.sequential() <= len(second.records)
