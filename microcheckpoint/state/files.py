@@ -50,6 +50,7 @@ __all__ = [
     "read_rows",
     "rows_from_groups",
     "rows_of",
+    "state_json",
 ]
 
 BASE_NAME = "base.parquet"
@@ -69,7 +70,7 @@ _V1_BASE = re.compile(r"kg-(\d{5})\.parquet$")
 _STATE_JSON = json.JSONEncoder(sort_keys=True)
 
 
-def _state_json(value: Any) -> str:
+def state_json(value: Any) -> str:
     """``json.dumps(value, sort_keys=True)``; an int (a count, a sum: the common state) is
     its digits, without the encoder's set-up per call."""
     return repr(value) if type(value) is int else _STATE_JSON.encode(value)
@@ -83,7 +84,7 @@ def rows_from_groups(groups: Mapping[int, Mapping[str, tuple[Any, int]]]) -> pa.
             value, ms = groups[kg][key]
             kgs.append(kg)
             keys.append(key)
-            states.append(None if value is None else _state_json(value))
+            states.append(None if value is None else state_json(value))
             updated.append(ms)
     return pa.table([kgs, keys, states, updated], schema=ROWS)
 

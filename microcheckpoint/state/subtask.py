@@ -30,8 +30,8 @@ from microcheckpoint.state.files import (
     FileCache,
     encode_rows,
     read_rows,
-    rows_from_groups,
     select,
+    state_json,
 )
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage.port import ObjectStore
@@ -170,7 +170,7 @@ class SubtaskState:
     def put_rows(self, rows: pa.Table) -> None:
         """Set the state of many keys at once, in Arrow: ``rows`` as ``put`` would leave
         them (``kg, key, state, updated_ms``: canonical JSON key, the value's JSON as
-        ``_state_json`` writes it, ``updated_ms`` this epoch's). No key may also be ``put``.
+        ``state_json`` writes it, ``updated_ms`` this epoch's). No key may also be ``put``.
         """
         if rows.num_rows:
             self.changed_rows = rows.cast(ROWS)
@@ -179,14 +179,16 @@ class SubtaskState:
         """This epoch's changes as state rows (None: no change)."""
         parts = []
         if self.changes:
-            parts.append(
-                rows_from_groups(
-                    {
-                        kg: {k: (None if v is _DELETED else v, self.now_ms) for k, v in ch.items()}
-                        for kg, ch in self.changes.items()
-                    }
-                )
-            )
+            # Unsorted: every reader of these rows sorts them in Arrow (``encode_rows``).
+            kgs: list[int] = []
+            keys: list[str] = []
+            states: list[str | None] = []
+            for kg, changes in self.changes.items():
+                kgs += [kg] * len(changes)
+                keys += changes
+                states += [None if v is _DELETED else state_json(v) for v in changes.values()]
+            updated = pa.repeat(pa.scalar(self.now_ms, pa.int64()), len(keys))
+            parts.append(pa.table([kgs, keys, states, updated], schema=ROWS))
         if self.changed_rows is not None:
             parts.append(self.changed_rows)
         return pa.concat_tables(parts) if parts else None
@@ -321,7 +323,7 @@ class SubtaskState:
 
 
 def _values(states: pa.ChunkedArray) -> list[Any]:
-    """The values of state JSON texts (``_state_json``'s): all at once in Arrow when every
+    """The values of state JSON texts (``state_json``'s): all at once in Arrow when every
     one is an integer within 64 bits (a count, an integer sum: the common state), else one
     ``json.loads`` each."""
     try:
