@@ -36,7 +36,6 @@ from microcheckpoint.errors import (
     CheckpointNotFound,
     CommitConflict,
     MetadataFormatError,
-    MicrocheckpointError,
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
@@ -182,10 +181,10 @@ class CheckpointCoordinator:
         self._store_probed = False  # ensure_put_if_absent ran for this coordinator
         # The write-once records this coordinator read or wrote: its views share them.
         self.records = RecordCache()
-        # The listing ``trigger`` took after allocating a checkpoint, for its ``plan``.
+        # The view ``trigger`` decided on, with the checkpoint it allocated, for ``plan``.
         self._triggered: dict[CheckpointId, PipelineView] = {}
-        # The first attempt a trigger with ``begin`` wrote, for ``plan`` to take.
-        self._begun: dict[CheckpointId, int] = {}
+        # The checkpoints a trigger with ``begin`` allocated: ``plan`` takes attempt 2.
+        self._begun: set[CheckpointId] = set()
         # The ack keys of the attempts this coordinator planned and has not decided yet:
         # the listing after the tasks acked reads them at the same time (``view``).
         self._planned: dict[CheckpointId, list[str]] = {}
@@ -297,11 +296,14 @@ class CheckpointCoordinator:
         a store that does not is refused before anything of the pipeline is written);
         2. refuse when stopped, in min pause, or at max concurrent; 3. find the start
         offsets (previous barrier ends, a restore, or the startup offsets for new
-        partitions); 4. plan the barrier; 5. allocate n with put-if-absent of
-        ``_pending``, which holds the barrier (one atomic write: no checkpoint exists
-        without its barrier); 6. if a racing trigger took the concurrency slot first,
-        abort n as TRIGGER_REFUSED. Every processing run then begins its own attempt
-        (``begin_attempt``: 2, 3, ...), so a re-run never mixes with an earlier run's acks.
+        partitions); 4. plan the barrier; 5. allocate n, the listing's highest id + 1, with
+        put-if-absent of ``_pending``, which holds the barrier (one atomic write: no
+        checkpoint exists without its barrier). If another trigger allocated n first, list
+        again and decide again from step 2: a trigger never takes an id its listing did not
+        show the one below of, so every checkpoint in flight below n was in the listing
+        step 2 counted, and no listing after the allocation is needed to enforce max
+        concurrent. Every processing run then begins its own attempt (``begin_attempt``: 2,
+        3, ...), so a re-run never mixes with an earlier run's acks.
 
         Args:
             expected: every operator subtask that must ack.
@@ -319,19 +321,57 @@ class CheckpointCoordinator:
             alignment: a stage input's alignment, from its offsets port's ``align``.
             view: a view ``finish_completing`` returned just before (``start_epoch``'s),
                 to decide on without listing again; by default the trigger lists.
-            begin: this coordinator plans n next (``plan``), in this process: step 6
-                also begins n's first attempt (``_attempt-00002``), sent at once with its
-                listing, so ``plan`` writes nothing. Not for a trigger whose epoch another
-                process runs (it would begin an attempt of its own: a second run in n's
-                history).
+            begin: this coordinator plans n next (``plan``), in this process: ``_pending``
+                says so (``PendingRecord.begun``), and that is n's attempt 2 begun, with no
+                marker of its own. Not for a trigger whose epoch another process runs (it
+                begins an attempt of its own).
         """
         # Step 1: the store keeps its put-if-absent promise (one GET after the first time).
         if not self._store_probed:
             ensure_put_if_absent(self.store)
             self._store_probed = True
-        # Step 2: the same checks the sensors make (after finishing half-done completions).
         if view is None:
             view = self.finish_completing()
+        while True:
+            record = self._barrier_record(
+                view, expected, end_offsets, startup_offsets, behind, labels, files,
+                data_interval, alignment, begin,
+            )  # fmt: skip
+            cid = record.checkpoint_id
+            if (
+                self._write_once(self.layout.pending(cid), record, encode(record))
+                is WriteOutcome.OK
+            ):
+                break
+            # Step 5: another trigger took n; what it changed decides this one again.
+            log.info("checkpoint %s of %s was allocated by another trigger", cid, record.pipeline)
+            view = self.finish_completing()
+        self._triggered = {cid: view.with_pending(record)}
+        if begin:
+            self._begun = {cid}
+        log.info(
+            "triggered checkpoint %s of %s: %s records",
+            cid,
+            self.config.pipeline,
+            record.barrier.record_count,
+        )
+        return PendingCheckpoint(cid, record.trigger_time_ms, record.expected, attempt=1)
+
+    def _barrier_record(
+        self,
+        view: PipelineView,
+        expected: Iterable[TaskId],
+        end_offsets: Mapping[TopicPartition, int],
+        startup_offsets: StartupOffsets | None,
+        behind: str,
+        labels: Mapping[str, Any] | None,
+        files: FilesOf | None,
+        data_interval: DataInterval | None,
+        alignment: Alignment | None,
+        begin: bool,
+    ) -> PendingRecord:
+        """Steps 2 to 4 of ``trigger`` on ``view``: the ``_pending`` of the next id."""
+        # Step 2: the same checks the sensors make (after finishing half-done completions).
         view.prefetch()
         decision = self.trigger_decision(view)
         if decision.verdict is Verdict.STOPPED:
@@ -356,52 +396,23 @@ class CheckpointCoordinator:
             end_offsets = {tp: max(o, starts.get(tp, o)) for tp, o in end_offsets.items()}
         barrier = plan_barrier(starts, end_offsets, self.config.max_records_per_epoch)
         named = self._barrier_files(view, start, barrier, files)
-        expected_set = frozenset(expected)
-        now = self.now_ms()
-        # Step 5: allocate the next free id.
-        cid = CheckpointId(max(view.max_id.value if view.max_id else 0, self.id_floor(view)) + 1)
-        while True:
-            record = PendingRecord(
-                pipeline=self.config.pipeline,
-                checkpoint_id=cid,
-                barrier=barrier,
-                trigger_time_ms=now,
-                expected=expected_set,
-                base=start.base,
-                writer=self.token,
-                labels=dict(labels or {}),
-                files=named,
-                data_interval=data_interval,
-                alignment=alignment,
-                restored_from=restored_from,
-            )
-            written = self._write_once(self.layout.pending(cid), record, encode(record))
-            if written is WriteOutcome.OK:
-                break
-            cid = cid.next()
-        # Step 6: a racing trigger may have allocated a lower id meanwhile. (``plan`` of
-        # ``cid`` by this coordinator starts from this listing: n's ``_pending`` is in it;
-        # with ``begin``, its first attempt is written meanwhile.)
-        first = started(partial(self._first_attempt, cid)) if begin else None
-        after = self.view()
-        self._triggered = {cid: after}
-        if first is not None and (attempt := first.result()) is not None:
-            self._begun = {cid: attempt}
-        lower = [c for c in after.pending if c < cid]
-        if len(lower) >= self.config.effective_max_concurrent:
-            self.abort(
-                cid, AbortReason.TRIGGER_REFUSED, "lost a trigger race against max_concurrent"
-            )
-            raise TriggerRefused(
-                f"checkpoint {cid}: max_concurrent reached by a concurrent trigger"
-            )
-        log.info(
-            "triggered checkpoint %s of %s: %s records",
-            cid,
-            self.config.pipeline,
-            barrier.record_count,
+        return PendingRecord(
+            pipeline=self.config.pipeline,
+            checkpoint_id=CheckpointId(
+                max(view.max_id.value if view.max_id else 0, self.id_floor(view)) + 1
+            ),
+            barrier=barrier,
+            trigger_time_ms=self.now_ms(),
+            expected=frozenset(expected),
+            base=start.base,
+            writer=self.token,
+            labels=dict(labels or {}),
+            files=named,
+            data_interval=data_interval,
+            alignment=alignment,
+            restored_from=restored_from,
+            begun=begin,
         )
-        return PendingCheckpoint(cid, now, expected_set, attempt=1)
 
     def _barrier_files(
         self, view: PipelineView, start: StartPoint, barrier: Barrier, files: FilesOf | None
@@ -430,28 +441,16 @@ class CheckpointCoordinator:
             raise CheckpointNotFound(f"checkpoint {cid} of {self.config.pipeline!r} does not exist")
         return record.barrier
 
-    def _first_attempt(self, cid: CheckpointId) -> int | None:
-        """Begin attempt 2, the first run's, of checkpoint ``cid`` this coordinator just
-        triggered; None when another run began it first or the write failed (``plan``
-        then begins the next attempt itself, and meets the failure there)."""
-        attempt = 2  # attempt 1 is the trigger's own (``PendingCheckpoint``)
-        marker = encode(AttemptRecord(attempt, self.token, self.now_ms()))
-        try:
-            written = write_once(self.store, self.layout.attempt(cid, attempt), marker)
-        except MicrocheckpointError as exc:
-            log.warning("beginning attempt %d of checkpoint %s: %s", attempt, cid, exc)
-            return None
-        return attempt if written is WriteOutcome.OK else None
-
     def begin_attempt(self, cid: CheckpointId, view: PipelineView | None = None) -> int:
         """Start a new processing attempt of a pending checkpoint; older attempts' acks stop counting."""
         view = view or self.view()
         record = view.records.get(cid)
         if record is None or record.status is not CheckpointStatus.PENDING:
             raise CheckpointNotFound(f"checkpoint {cid} is not pending")
-        begun = self._begun.pop(cid, None)
-        if begun is not None:
-            return begun  # written by the trigger, at once with the listing ``view`` is
+        if cid in self._begun:
+            self._begun.discard(cid)
+            if record.attempt <= 2:
+                return 2  # this coordinator's trigger began it (``PendingRecord.begun``)
         attempt = record.attempt + 1
         while True:
             marker = encode(AttemptRecord(attempt, self.token, self.now_ms()))
@@ -468,10 +467,10 @@ class CheckpointCoordinator:
         Raises:
             CheckpointNotFound: ``cid`` is not pending, or the state it continues from is gone.
         """
-        # Step 1: the attempt. Its marker is all that changes, so one listing serves both
-        # steps: for a checkpoint this coordinator triggered, the listing its trigger took
-        # after writing ``_pending`` (the base, restore and barrier were fixed then; a racing
-        # attempt only makes ``begin_attempt`` take the next number), else a new one.
+        # Step 1: the attempt. Its marker is all that changes, so one view serves both
+        # steps: for a checkpoint this coordinator triggered, the one its trigger decided on,
+        # with the ``_pending`` it wrote (the base, restore and barrier were fixed then; a
+        # racing attempt only makes ``begin_attempt`` take the next number), else a listing.
         view = self._triggered.pop(cid, None) or self.view()
         attempt = self.begin_attempt(cid, view)
         # Step 2: one read of everything the epoch needs.

@@ -117,6 +117,21 @@ class PipelineView:
         # Pipeline markers as this view read them (they change: views do not share them).
         self._markers: dict[str, Any] = {}
 
+    def with_pending(self, pending: PendingRecord) -> PipelineView:
+        """This view with the checkpoint whose ``_pending`` the caller just wrote: what a
+        listing would show next, without one (the markers as this view read them)."""
+        cid = pending.checkpoint_id
+        record = CheckpointRecord(
+            cid,
+            CheckpointStatus.PENDING,
+            [self.layout.pending(cid)],
+            attempt=2 if pending.begun else 1,
+            _pending=pending,
+        )
+        view = PipelineView(self.store, self.layout, [*self.records.values(), record], self.cache)
+        view._markers = dict(self._markers)
+        return view
+
     def ids(self, *statuses: CheckpointStatus) -> list[CheckpointId]:
         return sorted(c for c, r in self.records.items() if not statuses or r.status in statuses)
 
@@ -311,14 +326,31 @@ def scan(
             status = CheckpointStatus.COMPLETING if completed else CheckpointStatus.ABORTED
         else:
             status = CheckpointStatus.PENDING
+        pending = None
+        if not attempts and names.PENDING in files and status is not CheckpointStatus.COMPLETED:
+            pending = _pending_of(store, layout, cache, cid)
         records.append(
             CheckpointRecord(
                 cid,
                 status,
                 keys,
-                attempt=max(attempts, default=1),
+                attempt=max(attempts, default=2 if pending is not None and pending.begun else 1),
                 outcome=outcome,
                 notified=names.NOTIFIED in files,
+                _pending=pending,
             )
         )
     return PipelineView(store, layout, records, cache)
+
+
+def _pending_of(
+    store: ObjectStore, layout: Layout, cache: RecordCache, cid: CheckpointId
+) -> PendingRecord | None:
+    """``cid``'s ``_pending``, for a folder with no attempt marker: whether its trigger's
+    run began attempt 2 (``PendingRecord.begun``). Read once per cache (the trigger's
+    coordinator has it unread); None when it cannot be read (the checkpoint's own steps
+    report that)."""
+    key = layout.pending(cid)
+    with contextlib.suppress(Exception):
+        return cache.get(key, partial(read, store, key, PendingRecord))
+    return None

@@ -31,7 +31,7 @@ class AbortReason(Enum):
     EXPIRED = "EXPIRED"  # not acknowledged within the checkpoint timeout
     DECLINED = "DECLINED"  # a task failed or declined
     SUBSUMED = "SUBSUMED"  # a newer checkpoint completed first
-    TRIGGER_REFUSED = "TRIGGER_REFUSED"  # lost a race against max_concurrent
+    TRIGGER_REFUSED = "TRIGGER_REFUSED"  # lost a race against max_concurrent (before 11-28)
     BASE_ABORTED = "BASE_ABORTED"  # the checkpoint it continued from was aborted
     CANCELLED = "CANCELLED"  # the pipeline was cancelled while it was in flight
 
@@ -53,7 +53,9 @@ class PendingRecord:
     ``base`` is the checkpoint whose state and offsets n continues from (None after a
     restore, or for the first checkpoint). ``labels`` are JSON-able facts for the history
     (the Airflow run). ``writer`` makes the bytes unique per writer. ``files`` names, per
-    file-source partition, the files of its barrier range, in order.
+    file-source partition, the files of its barrier range, in order. ``begun``: the run
+    that triggered n processes it itself, as attempt 2, the first run's; it writes no
+    ``_attempt-00002`` marker, and a run that begins n later takes attempt 3.
 
     Three facts are typed: ``data_interval`` (policy ``data_interval``), ``alignment`` (a
     stage input's) and ``restored_from`` (the first checkpoint after a restore: the point's
@@ -75,6 +77,7 @@ class PendingRecord:
     data_interval: DataInterval | None = None
     alignment: Alignment | None = None
     restored_from: str | None = None
+    begun: bool = False
 
     TYPED_LABELS: ClassVar[tuple[str, ...]] = ("data_interval", "alignment", "restored_from")
 
@@ -110,6 +113,8 @@ class PendingRecord:
         }
         if self.files:
             body["files"] = {str(tp): list(names) for tp, names in sorted(self.files.items())}
+        if self.begun:
+            body["begun"] = True
         return body
 
     @classmethod
@@ -133,6 +138,7 @@ class PendingRecord:
             data_interval=None if not interval else DataInterval.from_json(interval),
             alignment=None if not alignment else alignment_from_json(alignment),
             restored_from=None if restored_from is None else str(restored_from),
+            begun=bool(body.get("begun", False)),
         )
 
 

@@ -13,10 +13,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from microcheckpoint.errors import CheckpointNotFound, MetadataFormatError, StorageError
+from microcheckpoint.errors import (
+    CheckpointNotFound,
+    MetadataFormatError,
+    StorageError,
+    TriggerRefused,
+)
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.coordinator import record_ack
-from microcheckpoint.protocol.records import Ack
+from microcheckpoint.protocol.records import Ack, PendingRecord, read
 from microcheckpoint.protocol.view import CheckpointStatus
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import StoredObject, WriteOutcome
@@ -131,10 +136,10 @@ def test_an_epoch_reads_each_record_once_and_nothing_it_wrote(h) -> None:
     assert {key: n for key, n in gets.items() if n > 1} == {h.layout.restore: 2}
     written = {key for op, key in store.log if op == "PUT_IF_ABSENT" and "/acks/" not in key}
     assert written & set(gets) == set()
-    # The trigger's listing after writing _pending serves the plan, and notify's serves
-    # retention: 4 listings (start, the trigger's race check, complete, notify).
+    # The trigger's view, with the _pending it wrote, serves the plan, and notify's listing
+    # serves retention: 3 listings (start, complete, notify).
     assert plan.attempt == 2
-    assert store.kinds()["LIST"] == 4
+    assert store.kinds()["LIST"] == 3
 
 
 class ListsWhile(Recording):
@@ -384,47 +389,60 @@ def test_notified_is_written_without_waiting_for_retention(h) -> None:
     assert [k for k in store.list(h.layout.root) if h.layout.chk(first) in k] == []
 
 
-class ListsWhileWriting(ListsWhile):
-    """``ListsWhile`` for put-if-absent writes: a listing waits for one of a key containing
-    ``needle`` to begin."""
-
-    def put_if_absent(self, key: str, data: bytes) -> WriteOutcome:
-        if self.needle is not None and self.needle in key:
-            self.began.set()
-        return super().put_if_absent(key, data)
-
-
-def test_a_trigger_that_plans_begins_its_attempt_while_it_lists(h) -> None:
-    store = h.store = ListsWhileWriting(h.store.url)
+def test_a_trigger_that_plans_begins_attempt_2_in_its_barrier(h) -> None:
+    store = recording(h)
     coord = h.coordinator()
     view = coord.finish_completing()
-    store.expect("/_attempt-")
-    cid = coord.trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0}), view=view, begin=True)
-    # The race check's listing, during which the first attempt was written.
-    assert store.overlapped == [True]
-    store.needle = None
     store.log.clear()
-    plan = coord.plan(cid.checkpoint_id)
+    cid = coord.trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0}), view=view, begin=True)
+    cid = cid.checkpoint_id
+    # One write of the pipeline, the barrier, which says its run began attempt 2, and no
+    # listing after it (the store's put-if-absent probe aside).
+    writes = [key for op, key in store.log if op.startswith("PUT") and "_probe" not in key]
+    assert writes == [h.layout.pending(cid)]
+    assert store.kinds()["LIST"] == 0
+    assert read(store, h.layout.pending(cid), PendingRecord).begun
+    store.log.clear()
+    plan = coord.plan(cid)
     assert plan.attempt == 2
-    assert [op for op, _ in store.log if op.startswith("PUT")] == []  # it wrote nothing
-    # Without ``begin`` the trigger writes no attempt, and the plan begins attempt 2.
-    other = h.coordinator(max_concurrent=2)
-    nxt = other.trigger(tasks(1), {TP0: 9}, h.startup({TP0: 0})).checkpoint_id
-    assert not [k for op, k in store.log if op == "PUT_IF_ABSENT" and "_attempt-" in k]
-    assert other.plan(nxt).attempt == 2
+    assert store.log == []  # the plan read and wrote nothing
+    # Every other process's view counts attempt 2 as begun: a re-run takes 3, and the
+    # first run's acks stop counting.
+    other = h.coordinator()
+    assert other.view().records[cid].attempt == 2
+    assert other.plan(cid).attempt == 3
+    assert h.layout.attempt(cid, 3) in list(store.list(h.layout.chk(cid)))
+    record_ack(store, h.layout, cid, Ack(tasks(1)[0], 2, (), {}, 5))
+    assert other.load_pending(cid).missing == set(tasks(1))
 
 
-class TakenFirst(Recording):
-    """A recording store where another run writes ``_attempt-00002`` just before ours."""
-
-    def put_if_absent(self, key: str, data: bytes) -> WriteOutcome:
-        if key.endswith("/_attempt-00002"):
-            super().put_if_absent(key, data)
-        return super().put_if_absent(key, data)
-
-
-def test_a_first_attempt_another_run_began_makes_the_plan_begin_the_next(h) -> None:
-    h.store = TakenFirst(h.store.url)
+def test_a_trigger_that_does_not_plan_leaves_attempt_2_to_its_run(h) -> None:
+    store = recording(h)
     coord = h.coordinator()
-    cid = coord.trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0}), begin=True).checkpoint_id
-    assert coord.plan(cid).attempt == 3
+    cid = coord.trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0})).checkpoint_id
+    assert not read(store, h.layout.pending(cid), PendingRecord).begun
+    assert not [k for op, k in store.log if op == "PUT_IF_ABSENT" and "_attempt-" in k]
+    assert h.coordinator().plan(cid).attempt == 2
+    assert h.layout.attempt(cid, 2) in list(store.list(h.layout.chk(cid)))
+
+
+@pytest.mark.parametrize("max_concurrent", [1, 2])
+def test_a_trigger_that_lost_its_id_decides_again_on_a_new_listing(h, max_concurrent) -> None:
+    store = recording(h)
+    first, second = (h.coordinator(max_concurrent=max_concurrent) for _ in range(2))
+    # Both list before either allocates: both decide on checkpoint 1.
+    views = first.finish_completing(), second.finish_completing()
+    won = first.trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0}), view=views[0]).checkpoint_id
+    assert won == CheckpointId(1)
+    if max_concurrent == 1:
+        # Its put-if-absent of 1 failed; listing again, it sees 1 in flight and refuses,
+        # leaving nothing behind (no checkpoint 2, aborted or not).
+        with pytest.raises(TriggerRefused, match="1 checkpoint\\(s\\) in flight"):
+            second.trigger(tasks(1), {TP0: 9}, h.startup({TP0: 0}), view=views[1])
+        assert second.view().ids() == [won]
+        return
+    lost = second.trigger(tasks(1), {TP0: 9}, h.startup({TP0: 0}), view=views[1])
+    assert lost.checkpoint_id == CheckpointId(2)
+    # Decided again: checkpoint 2 continues from 1's barrier, not from nothing.
+    barrier = read(store, h.layout.pending(lost.checkpoint_id), PendingRecord).barrier
+    assert barrier.ranges[TP0].start == 5
