@@ -36,6 +36,7 @@ from microcheckpoint.errors import (
     CheckpointNotFound,
     CommitConflict,
     MetadataFormatError,
+    StorageError,
     TriggerRefused,
 )
 from microcheckpoint.ids import CheckpointId, TaskId, TopicPartition
@@ -87,6 +88,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# A trigger whose put-if-absent of the same id fails this many times, each after a new
+# listing that does not show that id, stops: the store's listings miss what it stores.
+_UNLISTED_CONFLICTS = 3
 
 StartupOffsets = Callable[[Iterable[TopicPartition]], Mapping[TopicPartition, int]]
 # (partition, start, end, the last file read before start) -> names, or None: not a file partition
@@ -332,6 +337,7 @@ class CheckpointCoordinator:
             self._store_probed = True
         if view is None:
             view = self.finish_completing()
+        taken: list[CheckpointId] = []
         while True:
             record = self._barrier_record(
                 view, expected, end_offsets, startup_offsets, behind, labels, files,
@@ -345,6 +351,14 @@ class CheckpointCoordinator:
                 break
             # Step 5: another trigger took n; what it changed decides this one again.
             log.info("checkpoint %s of %s was allocated by another trigger", cid, record.pipeline)
+            taken.append(cid)
+            if taken.count(cid) >= _UNLISTED_CONFLICTS:
+                raise StorageError(
+                    f"{self.store.child_url(self.layout.pending(cid))} exists, but "
+                    f"{_UNLISTED_CONFLICTS} listings of {self.store.child_url(self.layout.root)} "
+                    "did not show it; checkpoint storage must list every object it stores "
+                    "(read-after-write consistent listings)"
+                )
             view = self.finish_completing()
         self._triggered = {cid: view.with_pending(record)}
         if begin:

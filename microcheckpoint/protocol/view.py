@@ -327,7 +327,7 @@ def scan(
         else:
             status = CheckpointStatus.PENDING
         pending = None
-        if not attempts and names.PENDING in files and status is not CheckpointStatus.COMPLETED:
+        if not attempts and status is CheckpointStatus.PENDING:
             pending = _pending_of(store, layout, cache, cid)
         records.append(
             CheckpointRecord(
@@ -346,10 +346,12 @@ def scan(
 def _pending_of(
     store: ObjectStore, layout: Layout, cache: RecordCache, cid: CheckpointId
 ) -> PendingRecord | None:
-    """``cid``'s ``_pending``, for a folder with no attempt marker: whether its trigger's
-    run began attempt 2 (``PendingRecord.begun``). Read once per cache (the trigger's
-    coordinator has it unread); None when it cannot be read (the checkpoint's own steps
-    report that)."""
+    """``cid``'s ``_pending``, for a pending checkpoint with no attempt marker: whether its
+    trigger's run began attempt 2 (``PendingRecord.begun``), so that its acks and declines
+    are looked for under 2. Read once per cache (the trigger's coordinator has it unread;
+    a listing rarely shows another pending one); None when it cannot be read (the
+    checkpoint's own steps report that). A folder decided since keeps attempt 1 in the
+    view: nothing reads its attempt from there (a claim names its attempt)."""
     key = layout.pending(cid)
     with contextlib.suppress(Exception):
         return cache.get(key, partial(read, store, key, PendingRecord))

@@ -446,3 +446,17 @@ def test_a_trigger_that_lost_its_id_decides_again_on_a_new_listing(h, max_concur
     # Decided again: checkpoint 2 continues from 1's barrier, not from nothing.
     barrier = read(store, h.layout.pending(lost.checkpoint_id), PendingRecord).barrier
     assert barrier.ranges[TP0].start == 5
+
+
+class Unlisted(Recording):
+    """A store whose listings leave out checkpoint 1's folder (an inconsistent listing)."""
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        return (k for k in super().list(prefix) if "/chk-0000000001/" not in k)
+
+
+def test_a_store_that_does_not_list_what_it_stores_stops_the_trigger(h) -> None:
+    h.coordinator().trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0}))
+    h.store = Unlisted(h.store.url)
+    with pytest.raises(StorageError, match="chk-0000000001/_pending exists, but 3 listings"):
+        h.coordinator().trigger(tasks(1), {TP0: 9}, h.startup({TP0: 0}))
