@@ -304,8 +304,8 @@ class CheckpointCoordinator:
         partitions); 4. plan the barrier; 5. allocate n, the listing's highest id + 1, with
         put-if-absent of ``_pending``, which holds the barrier (one atomic write: no
         checkpoint exists without its barrier). If another trigger allocated n first, list
-        again and decide again from step 2: a trigger never takes an id its listing did not
-        show the one below of, so every checkpoint in flight below n was in the listing
+        again and decide again from step 2. A trigger takes only the id just above the
+        highest its listing showed, so every checkpoint in flight below n was in the listing
         step 2 counted, and no listing after the allocation is needed to enforce max
         concurrent. Every processing run then begins its own attempt (``begin_attempt``: 2,
         3, ...), so a re-run never mixes with an earlier run's acks.
