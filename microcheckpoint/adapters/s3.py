@@ -12,12 +12,15 @@ Idempotent calls (GET, unconditional PUT, DELETE, LIST) retry on 5xx and throttl
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import boto3
+import boto3.session
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -54,27 +57,51 @@ def _backoff(attempt: int) -> None:
     time.sleep(min(0.05 * 2**attempt, 2.0))
 
 
+# The adapter's boto3 session, per process, and the lock its clients are made under (a
+# session is not thread-safe). Its response parser leaves timestamps as the text S3 sent:
+# the adapter reads none, and botocore would parse every listed key's LastModified with
+# dateutil, most of a listing's parse (300 keys on SeaweedFS: 61 ms a LIST, 27 ms without).
+_SESSION: dict[int, boto3.session.Session] = {}
+_SESSION_LOCK = threading.Lock()
+
+
+def _session() -> boto3.session.Session:
+    pid = os.getpid()
+    if pid not in _SESSION:
+        core = botocore.session.get_session()
+        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_as_text)
+        _SESSION.clear()
+        _SESSION[pid] = boto3.session.Session(botocore_session=core)
+    return _SESSION[pid]
+
+
+def _as_text(value: str) -> str:
+    return value
+
+
 def make_client(
     endpoint_url: str | None = None,
     region: str | None = None,
     access_key: str | None = None,
     secret_key: str | None = None,
 ) -> Any:
-    """A boto3 S3 client with path-style addressing and botocore retries off."""
+    """A boto3 S3 client with path-style addressing and botocore retries off (timestamps in
+    its answers are left as text)."""
     endpoint_url = endpoint_url or os.environ.get("MICROCHECKPOINT_S3_ENDPOINT") or None
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint_url,
-        region_name=region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-        aws_access_key_id=access_key,
-        aws_secret_access_key=secret_key,
-        config=Config(
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            s3={"addressing_style": "path"},
-            connect_timeout=5,
-            read_timeout=30,
-        ),
-    )
+    with _SESSION_LOCK:
+        return _session().client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            config=Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                s3={"addressing_style": "path"},
+                connect_timeout=5,
+                read_timeout=30,
+            ),
+        )
 
 
 def ensure_bucket(client: Any, bucket: str) -> None:

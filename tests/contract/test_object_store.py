@@ -207,6 +207,15 @@ class TestS3Store(ObjectStoreContract):
             store.put(key, b"")
         assert list(store.list("many/")) == keys  # 30 keys over pages of 7
 
+    def test_the_adapter_s_clients_leave_timestamps_as_text(self, store):
+        """botocore would parse every listed key's LastModified (most of a listing's
+        parse); the adapter reads none, so its clients keep the text S3 sent."""
+        store.put("when/x", b"")
+        page = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store.prefix)
+        stamp = page["Contents"][0]["LastModified"]
+        assert isinstance(stamp, str) and stamp[:2] == "20"
+        assert list(store.list("when/")) == ["when/x"]
+
     def test_delete_all_sends_one_request_per_batch(self, store, monkeypatch):
         import microcheckpoint.adapters.s3 as s3
 
