@@ -210,14 +210,19 @@ def _prefetch(ctx: OperatorContext, subtask: int) -> None:
     """Begin reading the state files subtask ``subtask`` restores from (every file in its
     key groups' chains), before its rows arrive: on S3 those reads then overlap the
     shuffle's instead of coming between it and the subtask's writes. Files the worker has
-    cached cost nothing (``state.files.prefetch``)."""
+    cached cost nothing (``state.files.prefetch``). Not for a local store, which has no
+    round trip to hide (there the reads' threads only competed with the task's own: the
+    100k count's epoch measured 0.03-0.04 s slower with them)."""
     if ctx.backend != "table" or not ctx.restore or not 0 <= subtask < ctx.parallelism:
         return  # (a partition beyond the subtasks is refused as its rows are received)
+    store = open_store(ctx.store_url, **ctx.store_options)
+    if not store.remote:
+        return
     owned = owned_key_groups(ctx.max_parallelism, ctx.parallelism, subtask, ctx.key_groups)
     chains = key_group_chains(ctx.restore)
     handles = [h for kg in owned for h in chains.get(kg, ())]
     if handles:
-        prefetch(open_store(ctx.store_url, **ctx.store_options), handles)
+        prefetch(store, handles)
 
 
 def _previous(state: SubtaskState, keys: Iterable[tuple[str, int]]) -> dict[str, tuple[Any, int]]:

@@ -34,6 +34,8 @@ def _etag(data: bytes) -> str:
 class FileStore(ObjectStore):
     """Object store on a local (or shared POSIX) file system."""
 
+    remote = False
+
     def __init__(self, url: str) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "file" or not parsed.path.startswith("/"):

@@ -118,6 +118,9 @@ class ObjectStore(abc.ABC):
     """Checkpoint storage: a flat key space of immutable-by-convention objects."""
 
     url: str
+    # Whether a request is a network round trip (S3), worth sending before it is needed;
+    # a local file system's reads are not.
+    remote: bool = True
 
     @abc.abstractmethod
     def get(self, key: str) -> StoredObject | None:

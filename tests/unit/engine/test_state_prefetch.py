@@ -2,7 +2,9 @@
 rows still arrive (``keyed._prefetch``, ``state.files.prefetch``): on S3 those GETs overlap
 the shuffle's read instead of coming between it and the subtask's writes, so the longest
 task of an epoch's critical path is two round trips (its state file, then its ack), not
-three. ``FileCache`` reads a file once at a time. Real file stores; no Spark.
+three. A local store (``remote`` False) is read when the rows are there, as before.
+``FileCache`` reads a file once at a time. Real file stores (one that says it is remote);
+no Spark.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import replace
 import pyarrow as pa
 import pytest
 
+from microcheckpoint.engine import keyed
 from microcheckpoint.engine.keyed import merge_partition, process_partition
 from microcheckpoint.state.files import FILES, FileCache
 from microcheckpoint.state.handles import StateHandle
@@ -30,6 +33,17 @@ from tests.unit.engine.test_merge_partition import (
 )
 
 PATIENCE = 5.0
+
+
+class Remote(FileStore):
+    """A file store that says its requests are round trips, as S3's are (``remote``)."""
+
+    remote = True
+
+
+def remote_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keyed engine opens its stores as ``Remote``."""
+    monkeypatch.setattr(keyed, "open_store", lambda url, **_: Remote(url))
 
 
 class StateReads:
@@ -82,6 +96,7 @@ def test_a_subtask_reads_its_state_files_before_its_rows_arrive(
     assert handles
     # Checkpoint 2 restores from 1, in a worker that has not cached its files.
     FILES.clear()
+    remote_stores(monkeypatch)
     reads = StateReads(monkeypatch)
     waited: list[bool] = []
     second = replace(first, checkpoint_id=2, restore=tuple(handles))
@@ -95,9 +110,29 @@ def test_a_subtask_reads_its_state_files_before_its_rows_arrive(
 
 def test_a_subtask_with_nothing_to_restore_reads_nothing(tmp_path, monkeypatch) -> None:
     mine, _ = _split()
+    remote_stores(monkeypatch)
     reads = StateReads(monkeypatch)
     assert _totals(merge_partition(_ctx(tmp_path), 0, iter([_batch(mine)]))) == mine
     assert reads.keys == []
+
+
+def test_on_a_local_store_a_subtask_reads_its_state_once_its_rows_arrived(
+    tmp_path, monkeypatch
+) -> None:
+    mine, _ = _split()
+    first = _ctx(tmp_path)
+    assert _totals(merge_partition(first, 0, iter([_batch(mine)]))) == mine
+    FILES.clear()
+    reads = StateReads(monkeypatch)
+    before: list[bool] = []
+
+    def arriving():  # type: ignore[no-untyped-def]
+        before.append(reads.began.wait(0.5))  # a read begun by now would be a prefetch's
+        yield _batch(mine)
+
+    second = replace(first, checkpoint_id=2, restore=tuple(_ack(tmp_path, 0).handles))
+    assert _totals(merge_partition(second, 0, arriving())) == {w: 2 * n for w, n in mine.items()}
+    assert before == [False] and reads.keys  # read, but only after the rows came
 
 
 def _handle(key: str) -> StateHandle:
