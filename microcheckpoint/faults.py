@@ -80,10 +80,14 @@ class Faults:
             os.environ.get(HOLD_ENV) or None,
         )
 
-    def point(self, name: str) -> None:
-        """Kill the driver and this process if the crash is armed at ``name``."""
+    def point(self, name: str, reached: Callable[[], object] | None = None) -> None:
+        """Kill the driver and this process if the crash is armed at ``name``; ``reached``
+        waits until the point is passed (``after_metadata``: the ``_metadata`` write that
+        ``complete(then_notify=True)`` sent in the background)."""
         if self.crash_at != name:
             return
+        if reached is not None:
+            reached()
         if self.driver_pid and self.driver_pid != os.getpid():
             os.kill(self.driver_pid, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
@@ -58,6 +58,9 @@ from microcheckpoint_airflow import metrics
 from microcheckpoint_airflow.hooks import AirflowApiHook, CheckpointStorageHook, KafkaHook
 from microcheckpoint_airflow.run_conf import refuse_unknown_conf
 from microcheckpoint_airflow.spec import PipelineSpec
+
+if TYPE_CHECKING:
+    from microcheckpoint.engine.sinkstage import SinkPublisher
 
 __all__ = [
     "AbortCheckpointOperator",
@@ -373,6 +376,7 @@ class LocalEpochOperator(PipelineOperator):
     ) -> dict[str, Any]:
         """Run epoch ``cid`` in Spark, then complete and notify it; the XCom of the task."""
         from microcheckpoint.engine.runner import run_epoch
+        from microcheckpoint.engine.sinkstage import sink_publisher
 
         plan = coord.plan(cid)
         result = run_epoch(
@@ -389,8 +393,12 @@ class LocalEpochOperator(PipelineOperator):
             result.attempt,
             result.records,
         )
-        completed = _complete(coord, result.checkpoint_id)
-        _notify(self, coord, pipeline, result.checkpoint_id)
+        # The publish's first reads go while the checkpoint is completed.
+        publish = sink_publisher(pipeline, coord.store, coord.config.mode)
+        if publish is not None:
+            publish.prepare(plan)
+        completed = _complete(coord, result.checkpoint_id, then_notify=True)
+        _notify(self, coord, pipeline, result.checkpoint_id, publish)
         try:
             warn_replayability(self, coord)
         except Exception as exc:  # the checkpoint is committed: a warning must not fail it
@@ -477,10 +485,13 @@ def event_kind(target: PipelineTarget, at_ms: int | None) -> str | None:
     return None if event is None else event.event_kind.value
 
 
-def _complete(coord: CheckpointCoordinator, cid: CheckpointId) -> dict[str, Any]:
-    """The global ack of ``cid`` (idempotent), as the task's XCom; refusals fail the task."""
+def _complete(
+    coord: CheckpointCoordinator, cid: CheckpointId, *, then_notify: bool = False
+) -> dict[str, Any]:
+    """The global ack of ``cid`` (idempotent), as the task's XCom; refusals fail the task.
+    ``then_notify``: the task notifies next (``CheckpointCoordinator.complete``)."""
     try:
-        meta = complete_checkpoint(coord, cid)
+        meta = complete_checkpoint(coord, cid, then_notify=then_notify)
     except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
         raise AirflowFailException(str(exc)) from exc
     metrics.checkpoint_completed(coord.config.pipeline, meta.statistics, meta.barrier.record_count)
@@ -497,13 +508,18 @@ def _complete(coord: CheckpointCoordinator, cid: CheckpointId) -> dict[str, Any]
 
 
 def _notify(
-    task: PipelineOperator, coord: CheckpointCoordinator, pipeline: Any, cid: CheckpointId
+    task: PipelineOperator,
+    coord: CheckpointCoordinator,
+    pipeline: Any,
+    cid: CheckpointId,
+    publish: SinkPublisher | None = None,
 ) -> None:
-    """notifyCheckpointComplete of ``cid``: sinks publish, group offsets move (idempotent)."""
+    """notifyCheckpointComplete of ``cid``: sinks publish, group offsets move (idempotent).
+    ``publish``: the pipeline's publisher, when the caller made it (default: a new one)."""
     from microcheckpoint.engine.sinkstage import sink_publisher
     from microcheckpoint.engine.sources import source_offsets
 
-    publish = sink_publisher(pipeline, coord.store, coord.config.mode)
+    publish = publish or sink_publisher(pipeline, coord.store, coord.config.mode)
     with KafkaHook(task.spec.kafka_conn_id).get_offsets() as kafka:
         offsets = source_offsets(pipeline.source, kafka, task.store_options())
         coord.notify(cid, group_committer(offsets, coord.config), publish)

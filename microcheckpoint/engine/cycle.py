@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from microcheckpoint.config import CheckpointConfig
@@ -79,9 +80,12 @@ def run_cycle(
             faults=faults,
         )
         faults.point("after_acks")
-        # Step 4: the global ack.
-        meta = coordinator.complete(cid)
-        faults.point("after_metadata")
+        # Step 4: the global ack, while the publish's first reads go (its _metadata written
+        # beside notify's first requests).
+        if publish is not None:
+            publish.prepare(plan)
+        meta = coordinator.complete(cid, then_notify=True)
+        faults.point("after_metadata", partial(coordinator.committed, cid))
         # Step 5: notify (sinks publish, group offsets, retention).
         coordinator.notify(cid, group_committer(offsets, config), publish)
     # The attempt that completed: another run's, when a racing re-run of the same epoch had

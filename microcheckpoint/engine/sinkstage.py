@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import wait
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -28,17 +28,19 @@ from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
 from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.plan import EpochPlan
 from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import EpochInfo, Sink
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage import ObjectStore
-from microcheckpoint.storage.port import started
+from microcheckpoint.storage.port import StoredObject, started
 
 if TYPE_CHECKING:
     from microcheckpoint.engine.api import Pipeline
 
 __all__ = [
     "SinkContext",
+    "SinkPublisher",
     "commit_sinks",
     "sink_publisher",
     "stage_part",
@@ -140,21 +142,41 @@ class StagedParts(Sequence[list[dict[str, Any]]]):
     use, so a sink's own first request (``FileSink`` looks for its manifest) goes at once
     with them, and a sink that finds the epoch published reads none of them.
 
+    ``ready``: returns once the checkpoint's ``_metadata`` is written (``notify`` of a
+    checkpoint whose ``_metadata`` is written meanwhile): the rows are handed over only
+    after it, so a sink, which reads them before it writes what its readers see, makes
+    nothing visible before the checkpoint is restorable. ``sent``: reads of staged parts
+    begun earlier (``SinkPublisher.prepare``), by key; a read that failed is a failure.
+
     Raises (on first use):
         MetadataFormatError: a staged part is missing, or differs from its handle.
+        Whatever ``ready`` raises.
     """
 
     def __init__(
-        self, store: ObjectStore, sink: Sink, epoch: int, handles: list[list[StateHandle]]
+        self,
+        store: ObjectStore,
+        sink: Sink,
+        epoch: int,
+        handles: list[list[StateHandle]],
+        ready: Callable[[], object] | None = None,
+        sent: Mapping[str, Future[StoredObject | None]] | None = None,
     ) -> None:
         self._store, self._uid, self._epoch, self._count = store, sink.uid, epoch, len(handles)
         self._handles = [(i, h) for i, hs in enumerate(handles) for h in hs]
-        self.reads = [started(functools.partial(store.get, h.key)) for _, h in self._handles]
+        sent = sent or {}
+        self.reads = [
+            sent.get(h.key) or started(functools.partial(store.get, h.key))
+            for _, h in self._handles
+        ]
+        self._ready = ready
         self._parts: list[list[dict[str, Any]]] | None = None
 
     def _load(self) -> list[list[dict[str, Any]]]:
         if self._parts is not None:
             return self._parts
+        if self._ready is not None:
+            self._ready()
         parts: list[list[dict[str, Any]]] = [[] for _ in range(self._count)]
         for (i, handle), read in zip(self._handles, self.reads, strict=True):
             obj, url = read.result(), self._store.child_url(handle.key)
@@ -182,10 +204,18 @@ class StagedParts(Sequence[list[dict[str, Any]]]):
 
 
 def commit_sinks(
-    store: ObjectStore, sinks: Iterable[Sink], meta: CheckpointMetadata, source_uid: str = ""
+    store: ObjectStore,
+    sinks: Iterable[Sink],
+    meta: CheckpointMetadata,
+    source_uid: str = "",
+    ready: Callable[[], object] | None = None,
+    sent: Mapping[str, Future[StoredObject | None]] | None = None,
 ) -> None:
     """Publish what epoch ``meta`` staged, sink by sink (each commit is idempotent); a
-    stage sink's markers carry the watermark of source ``source_uid`` in ``meta``."""
+    stage sink's markers carry the watermark of source ``source_uid`` in ``meta``.
+    ``ready``: returns once ``meta`` is written; a sink that ``waits_for_restorable`` gets
+    it as ``EpochInfo.restorable``, any other is handed its rows only after it
+    (``StagedParts``). ``sent``: reads of staged parts begun earlier, by key."""
     from microcheckpoint.sinks.stage import StageSink  # Kafka's client: not at import time
 
     sinks = list(sinks)
@@ -197,31 +227,70 @@ def commit_sinks(
         if not tasks:
             continue  # the sink was added after this checkpoint was triggered
         if sink.commit_empty_epochs or any(meta.acks[t].handles for t in tasks):
-            info = EpochInfo(meta.pipeline, sink.uid, meta.checkpoint_id.value, *timed)
+            waits = sink.waits_for_restorable
+            info = EpochInfo(
+                meta.pipeline,
+                sink.uid,
+                meta.checkpoint_id.value,
+                *timed,
+                restorable=ready if waits else None,
+            )
             handles = [list(meta.acks[t].handles) for t in tasks]
-            parts = StagedParts(store, sink, info.checkpoint_id, handles)
+            parts = StagedParts(
+                store, sink, info.checkpoint_id, handles, None if waits else ready, sent
+            )
             try:
                 sink.commit(info, parts)
             finally:
                 wait(parts.reads)  # no read of this epoch goes on after its publish
 
 
+class SinkPublisher:
+    """Notify's ``commit_sinks`` for one pipeline (``protocol.coordinator.CommitSinks``):
+    opens its sinks once, and can begin an epoch's first reads early (``prepare``)."""
+
+    def __init__(self, pipeline: Pipeline, store: ObjectStore) -> None:
+        self.pipeline, self.store = pipeline, store
+        self._opened = False
+        self._sent: dict[str, Future[StoredObject | None]] = {}
+
+    def _open(self) -> None:
+        if not self._opened:
+            for sink in self.pipeline.sinks:
+                sink.open()
+            self._opened = True
+
+    def prepare(self, plan: EpochPlan) -> None:
+        """Begin the reads the publish of ``plan``'s epoch needs first, once its tasks are
+        done: the staged part of every sink subtask of ``plan.attempt`` and each sink's own
+        (``Sink.prepare``), so they go with the completion's requests instead of after the
+        commit point. The publish uses the parts' reads when its acks name the same keys
+        (they do unless another attempt completed the checkpoint)."""
+        self._open()
+        cid, layout = plan.checkpoint_id, Layout(self.pipeline.name)
+        self._sent = {}
+        for sink in self.pipeline.sinks:
+            tasks = sorted(t for t in plan.expected if t.uid.value == sink.uid)
+            if not tasks:
+                continue
+            for task in tasks:
+                key = layout.sink_part(cid, task, plan.attempt)
+                self._sent[key] = started(functools.partial(self.store.get, key))
+            sink.prepare(EpochInfo(self.pipeline.name, sink.uid, cid.value))
+
+    def __call__(self, meta: CheckpointMetadata, ready: Callable[[], object] | None = None) -> None:
+        self._open()
+        sent, self._sent = self._sent, {}
+        commit_sinks(self.store, self.pipeline.sinks, meta, self.pipeline.source.uid, ready, sent)
+
+
 def sink_publisher(
     pipeline: Pipeline, store: ObjectStore, mode: CheckpointingMode
-) -> Callable[[CheckpointMetadata], None] | None:
+) -> SinkPublisher | None:
     """The ``commit_sinks`` callback of notify for ``pipeline`` (it opens the sinks first).
 
     None in AT_LEAST_ONCE: the sinks published while processing, so notify publishes nothing.
     """
     if mode is not CheckpointingMode.EXACTLY_ONCE:
         return None
-    opened: list[bool] = []
-
-    def publish(meta: CheckpointMetadata) -> None:
-        if not opened:
-            for sink in pipeline.sinks:
-                sink.open()
-            opened.append(True)
-        commit_sinks(store, pipeline.sinks, meta, pipeline.source.uid)
-
-    return publish
+    return SinkPublisher(pipeline, store)

@@ -27,7 +27,7 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.errors import (
@@ -80,6 +80,7 @@ from microcheckpoint.storage.probe import ensure_put_if_absent
 __all__ = [
     "AbortOutcome",
     "CheckpointCoordinator",
+    "CommitSinks",
     "StartPoint",
     "TriggerDecision",
     "Verdict",
@@ -117,6 +118,19 @@ class StartPoint:
     offsets: dict[TopicPartition, int]
     base: CheckpointId | None
     previous: CheckpointId | None
+
+
+class CommitSinks(Protocol):
+    """The sinks' commit of completed checkpoint ``meta`` (step 0 of ``notify``).
+
+    ``ready``, when given, returns once the checkpoint's ``_metadata`` is written (it
+    raises when that failed): the sinks may read their parts before, and make nothing
+    visible until it has returned.
+    """
+
+    def __call__(
+        self, meta: CheckpointMetadata, ready: Callable[[], object] | None = None
+    ) -> None: ...
 
 
 def _failure(step: Future[Any] | None) -> BaseException | None:
@@ -193,6 +207,10 @@ class CheckpointCoordinator:
         # The ack keys of the attempts this coordinator planned and has not decided yet:
         # the listing after the tasks acked reads them at the same time (``view``).
         self._planned: dict[CheckpointId, list[str]] = {}
+        # ``_metadata`` writes that ``complete(then_notify=True)`` sent, for ``notify``.
+        self._committing: dict[
+            CheckpointId, tuple[CheckpointMetadata, Future[CheckpointMetadata]]
+        ] = {}
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -643,6 +661,18 @@ class CheckpointCoordinator:
         pending: PendingCheckpoint | None = None,
         writer: str | None = None,
     ) -> CheckpointMetadata:
+        meta, data = self._metadata_of(view, cid, attempt, pending, writer)
+        return self._store_metadata(cid, meta, data)
+
+    def _metadata_of(
+        self,
+        view: PipelineView,
+        cid: CheckpointId,
+        attempt: int,
+        pending: PendingCheckpoint | None = None,
+        writer: str | None = None,
+    ) -> tuple[CheckpointMetadata, bytes]:
+        """``cid``'s ``_metadata`` from the acks of ``attempt``, and its bytes."""
         # A pending checkpoint replays its current attempt; a COMPLETING one the claimed one.
         pending = pending or self._replayed(view, cid, attempt)
         if pending.missing:
@@ -685,20 +715,34 @@ class CheckpointCoordinator:
             previous_sha256=previous,
             run=run,
         )
+        return meta, encode_metadata(meta)
+
+    def _store_metadata(
+        self, cid: CheckpointId, meta: CheckpointMetadata, data: bytes
+    ) -> CheckpointMetadata:
+        """Write ``_metadata`` (put-if-absent): the stored one, when another writer finished
+        the same claim first."""
         key = self.layout.metadata(cid)
-        data = encode_metadata(meta)
         written = self._write_once(key, meta, data)
         if written is WriteOutcome.OK:
             self.records.put(sha256_key(key), hashlib.sha256(data).hexdigest())
         if written is WriteOutcome.CONFLICT:
             stored = self.store.get(key)
             theirs = decode_metadata(stored.data, self.store.child_url(key)) if stored else None
-            if theirs is None or theirs.attempt != attempt:
+            if stored is None or theirs is None or theirs.attempt != meta.attempt:
                 raise CommitConflict(f"{self.store.child_url(key)} was written for another attempt")
+            self.records.put(key, theirs)
+            self.records.put(sha256_key(key), hashlib.sha256(stored.data).hexdigest())
             return theirs
         return meta
 
-    def complete(self, cid: CheckpointId, view: PipelineView | None = None) -> CheckpointMetadata:
+    def complete(
+        self,
+        cid: CheckpointId,
+        view: PipelineView | None = None,
+        *,
+        then_notify: bool = False,
+    ) -> CheckpointMetadata:
         """The global ack: decide COMPLETED and write ``_metadata``.
 
         Steps: 1. check every expected task acked the current attempt; 2. claim the
@@ -707,6 +751,13 @@ class CheckpointCoordinator:
         checkpoint in id order, lower ones first, then n's.
 
         ``view``: a listing taken after the tasks acked (by default ``complete`` lists).
+        ``then_notify``: the caller calls ``notify(cid)`` next, in this process. When
+        nothing is in flight below ``cid``, n's ``_metadata`` is then sent as ``complete``
+        returns and ``notify`` waits for it beside its own first requests (its listing,
+        the sinks' reads), where it cost a round trip of its own before them; the sinks
+        publish nothing visible before it is written. The claim decided the checkpoint
+        already: if the write fails, ``notify`` raises, and the next recovery writes
+        ``_metadata`` for the claim (``finish_completing``).
 
         Raises:
             AcksMissing: not every expected task has acknowledged yet.
@@ -752,6 +803,9 @@ class CheckpointCoordinator:
         if lower:
             self.finish_completing()
             meta = self.view().metadata(cid)
+        elif then_notify:
+            meta, data = self._metadata_of(view, cid, pending.attempt, pending)
+            self._committing[cid] = (meta, started(partial(self._store_metadata, cid, meta, data)))
         else:
             meta = self._write_metadata(view, cid, pending.attempt, pending)
         log.info(
@@ -759,13 +813,20 @@ class CheckpointCoordinator:
         )
         return meta
 
+    def committed(self, cid: CheckpointId) -> CheckpointMetadata | None:
+        """Wait for the ``_metadata`` of ``cid`` that ``complete(then_notify=True)`` is
+        writing, if it is (None when it is not): the stored one (raises what the write
+        raised)."""
+        committing = self._committing.get(cid)
+        return None if committing is None else committing[1].result()
+
     # ---- notify ---------------------------------------------------------------------
 
     def notify(
         self,
         cid: CheckpointId,
         commit_offsets: Callable[[Mapping[TopicPartition, int]], None] | None = None,
-        commit_sinks: Callable[[CheckpointMetadata], None] | None = None,
+        commit_sinks: CommitSinks | None = None,
     ) -> None:
         """notifyCheckpointComplete: sinks, group offsets, cleanup, retention. Idempotent.
 
@@ -777,7 +838,10 @@ class CheckpointCoordinator:
 
         One listing serves steps 1 and 3. It is sent with the read of ``_restore`` that
         retention needs and, when this coordinator wrote or read ``cid``'s ``_metadata``
-        (the commit point: ``cid`` is completed), while the sinks publish. When that
+        (the commit point: ``cid`` is completed), while the sinks publish. When it is
+        writing it (``complete(then_notify=True)``), the write goes at once with them too,
+        and the sinks make nothing visible before it is done; the listing, with that
+        ``_metadata``, shows ``cid`` completed. When that
         listing shows ``cid`` as the latest completed checkpoint, retention keeps ``cid``
         and every file its ``_metadata`` names, so step 3 runs while the sinks publish
         (as Flink drops the checkpoints a completed one subsumes before it notifies);
@@ -786,17 +850,27 @@ class CheckpointCoordinator:
         """
         listing = started(partial(scan, self.store, self.layout, self.records))
         restore = started(partial(read, self.store, self.layout.restore, RestoreMarker))
+        committing = self._committing.pop(cid, None)
         known = self.records.get(self.layout.metadata(cid), lambda: None)
-        # Step 0, at once with the listing when ``cid`` is known to be completed.
+        # Step 0, at once with the listing when ``cid`` is known to be completed; when its
+        # ``_metadata`` is still being written (``complete(then_notify=True)``), the sinks
+        # read their parts meanwhile and get them once it is written.
         publish: Future[None] | None = None
         retention: Future[list[CheckpointId]] | None = None
-        if commit_sinks is not None and isinstance(known, CheckpointMetadata):
+        if commit_sinks is not None and committing is not None:
+            written = committing[1]
+            publish = beside(partial(commit_sinks, committing[0], ready=written.result))
+        elif commit_sinks is not None and isinstance(known, CheckpointMetadata):
             publish = beside(partial(commit_sinks, known))
         try:
             wait([listing])
             wait([restore])
             view = listing.result()
             view.remember_marker(self.layout.restore, restore.result())
+            if committing is not None:
+                # The claim decided ``cid``; its ``_metadata`` makes it completed, as a
+                # listing taken after it would show.
+                view.completed_now(cid, committing[1].result())
             record = view.records.get(cid)
             if record is None or record.status is not CheckpointStatus.COMPLETED:
                 # Dropped meanwhile by another run's retention (its newer checkpoints

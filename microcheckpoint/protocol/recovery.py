@@ -23,7 +23,7 @@ from typing import Any
 from microcheckpoint.config import BarrierPolicy
 from microcheckpoint.errors import CheckpointNotFound, CommitConflict, ConfigError
 from microcheckpoint.ids import CheckpointId, TaskId
-from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.coordinator import CheckpointCoordinator, CommitSinks
 from microcheckpoint.protocol.declines import stored_decline
 from microcheckpoint.protocol.records import AbortReason, CheckpointMetadata
 from microcheckpoint.protocol.records.alignment import Alignment
@@ -52,7 +52,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[CheckpointMetadata], None] | None
+Publish = CommitSinks | None
 
 
 @dataclass(frozen=True)
@@ -221,9 +221,10 @@ def _warn_if_not_contiguous(
 
 
 def complete_checkpoint(
-    coordinator: CheckpointCoordinator, cid: CheckpointId
+    coordinator: CheckpointCoordinator, cid: CheckpointId, *, then_notify: bool = False
 ) -> CheckpointMetadata:
     """The complete step, safe to run again (a retried task, a second process).
+    ``then_notify``: as ``CheckpointCoordinator.complete``'s (the caller notifies next).
 
     Steps: 1. finish a claimed completion an earlier try left; 2. a pending checkpoint past
     its timeout is aborted as EXPIRED; 3. complete it, or return the ``_metadata`` an
@@ -252,7 +253,7 @@ def complete_checkpoint(
             raise expired
     # Step 3: the global ack.
     try:
-        return coordinator.complete(cid, view)
+        return coordinator.complete(cid, view, then_notify=then_notify)
     except CommitConflict:
         view = coordinator.view()
         if view.records[cid].status is not CheckpointStatus.COMPLETED:

@@ -132,6 +132,20 @@ class PipelineView:
         view._markers = dict(self._markers)
         return view
 
+    def completed_now(self, cid: CheckpointId, meta: CheckpointMetadata) -> None:
+        """Take ``cid`` as completed: its coordinator claimed it and has just written its
+        ``_metadata`` (``meta``, as stored), which this listing, taken meanwhile, may show
+        or not (then ``cid`` is COMPLETING here). A folder listed otherwise is left as
+        listed: one dropped meanwhile stays dropped."""
+        record = self.records.get(cid)
+        if record is None or record.status is not CheckpointStatus.COMPLETING:
+            return
+        key = self.layout.metadata(cid)
+        record.status = CheckpointStatus.COMPLETED
+        if key not in record.keys:
+            record.keys.append(key)
+        self.cache.put(key, meta)
+
     def ids(self, *statuses: CheckpointStatus) -> list[CheckpointId]:
         return sorted(c for c, r in self.records.items() if not statuses or r.status in statuses)
 

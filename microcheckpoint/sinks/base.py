@@ -20,8 +20,8 @@ processing instead; a replayed epoch may publish again (duplicates), never lose 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from microcheckpoint.errors import ConfigError
@@ -39,6 +39,8 @@ class EpochInfo:
     ``event_time`` and ``watermark``: whether the pipeline's source has event time, and its
     watermark after the epoch (None: none yet). Notify sets them for a stage sink, whose
     markers carry them downstream (``sinks.stage``); other sinks ignore them.
+    ``restorable``: for a sink that ``waits_for_restorable``, what ``wait_restorable`` waits
+    for (None: the checkpoint's ``_metadata`` was written before ``commit`` was called).
     """
 
     pipeline: str
@@ -46,6 +48,13 @@ class EpochInfo:
     checkpoint_id: int
     event_time: bool = False
     watermark: int | None = None
+    restorable: Callable[[], object] | None = field(default=None, compare=False, repr=False)
+
+    def wait_restorable(self) -> None:
+        """Return once the checkpoint's ``_metadata`` is written; raises when it could not
+        be (then nothing may become visible)."""
+        if self.restorable is not None:
+            self.restorable()
 
 
 class Sink(abc.ABC):
@@ -54,6 +63,10 @@ class Sink(abc.ABC):
     # Whether notify commits an epoch that staged nothing (a stage sink still writes its
     # barrier markers then); other sinks skip such epochs.
     commit_empty_epochs = False
+    # Whether ``commit`` calls ``epoch.wait_restorable()`` itself before it makes anything
+    # visible, and may write what no reader sees before it (the file sink's data files,
+    # which only its manifest makes visible). Otherwise the first use of ``parts`` waits.
+    waits_for_restorable = False
 
     def __init__(self, uid: str) -> None:
         if not uid:
@@ -66,6 +79,11 @@ class Sink(abc.ABC):
     def open(self) -> None:  # noqa: B027 - optional hook
         """Prepare the destination (create a table or topic); idempotent; on the driver."""
 
+    def prepare(self, epoch: EpochInfo) -> None:  # noqa: B027 - optional hook
+        """Begin the reads ``commit(epoch, …)`` will need first (the file sink's look for its
+        manifest), so they go while the checkpoint is being decided; writes nothing. On the
+        driver, once the epoch's tasks are done; ``commit`` may follow, or not (aborted)."""
+
     def use_storage(self, s3_options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Take the run's S3 settings (endpoint, region, credentials) for an ``s3://``
         destination that was built without its own; idempotent. Called by the engine and the
@@ -76,6 +94,10 @@ class Sink(abc.ABC):
         """Publish epoch ``epoch``: ``parts[i]`` are subtask ``i``'s rows, in a fixed order.
 
         Idempotent per ``(pipeline, uid, epoch)``: a repeated call publishes nothing twice.
+        The first use of ``parts`` may wait until the checkpoint's ``_metadata`` is written
+        (a run that notifies right after it completes writes it meanwhile) and raises when
+        it could not be: read the rows before publishing anything a reader can see, or set
+        ``waits_for_restorable`` and call ``epoch.wait_restorable()`` before it.
         """
 
     def write_at_least_once(self, epoch: EpochInfo, part: int, rows: Sequence[Row]) -> None:

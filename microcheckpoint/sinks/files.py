@@ -9,16 +9,20 @@ rewrites the same file names and finds or writes the one manifest: nothing is vi
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.errors import ConfigError, StorageError
 from microcheckpoint.sinks.base import EpochInfo, Row, Sink
 from microcheckpoint.storage import ObjectStore, WriteOutcome, each, write_once
+from microcheckpoint.storage.port import started
 
 __all__ = ["FileSink", "read_committed"]
 
@@ -47,6 +51,8 @@ def _decode(data: bytes, fmt: str) -> list[Row]:
 class FileSink(Sink):
     """Exactly-once files under ``target`` (``file:///path`` or ``s3://bucket/prefix``)."""
 
+    waits_for_restorable = True  # its data files are invisible until the manifest
+
     def __init__(
         self,
         uid: str,
@@ -61,9 +67,11 @@ class FileSink(Sink):
         self.format = format
         self.store_options = dict(store_options or {})
         self._store: ObjectStore | None = None
+        # Looks for a manifest that ``prepare`` began, by manifest key.
+        self._looked: dict[str, Future[bool]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None}
+        return {**self.__dict__, "_store": None, "_looked": {}}
 
     def use_storage(self, s3_options: dict[str, Any]) -> None:
         """An ``s3://`` target built without options of its own takes the run's."""
@@ -80,16 +88,34 @@ class FileSink(Sink):
     def _base(self, epoch: EpochInfo) -> str:
         return f"{epoch.pipeline}/{self.uid}/"
 
+    def _manifest(self, epoch: EpochInfo) -> str:
+        return f"{self._base(epoch)}_manifests/epoch-{epoch.checkpoint_id:010d}.json"
+
+    def prepare(self, epoch: EpochInfo) -> None:
+        """Look for the epoch's manifest now (``commit``'s step 1), beside the completion."""
+        manifest = self._manifest(epoch)
+        # One epoch is prepared at a time: a look not taken (its epoch aborted) goes.
+        self._looked = {manifest: started(partial(self.store.exists, manifest))}
+
     def commit(self, epoch: EpochInfo, parts: Sequence[Sequence[Row]]) -> None:
         """Publish epoch ``n``: part files first, the manifest last (put-if-absent).
 
-        Steps: 1. an existing manifest means the epoch is published: stop; 2. write every
-        part file under its deterministic name; 3. write the manifest once.
+        Steps: 1. an existing manifest means the epoch is published: stop (the look
+        ``prepare`` began, else one now; one that failed is sent again); 2. write every
+        part file under its deterministic name; 3. once the checkpoint is restorable
+        (``epoch.wait_restorable``), write the manifest once.
         """
         base = self._base(epoch)
-        manifest = f"{base}_manifests/epoch-{epoch.checkpoint_id:010d}.json"
+        manifest = self._manifest(epoch)
         # Step 1: already published (a retried or zombie notify).
-        if self.store.exists(manifest):
+        looked = self._looked.pop(manifest, None)
+        published = None
+        if looked is not None:
+            with contextlib.suppress(Exception):  # a read ahead: looked at again below
+                published = looked.result()
+        if published is None:
+            published = self.store.exists(manifest)
+        if published:
             return
         # Step 2: the data files (invisible until the manifest lists them).
         files = [
@@ -103,7 +129,8 @@ class FileSink(Sink):
             lambda fr: self.store.put(fr[0]["key"], _encode(fr[1], self.format)),
             zip(files, parts, strict=True),
         )  # the parts do not depend on each other: sent at once
-        # Step 3: the commit point of the epoch's output.
+        # Step 3: the commit point of the epoch's output, once the checkpoint's.
+        epoch.wait_restorable()
         body = {
             "pipeline": epoch.pipeline,
             "uid": self.uid,

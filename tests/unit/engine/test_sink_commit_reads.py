@@ -8,15 +8,18 @@ published reads no part at all. Real file stores; no Spark.
 from __future__ import annotations
 
 import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from microcheckpoint.config import CheckpointingMode
-from microcheckpoint.engine.sinkstage import SinkContext, commit_sinks, stage_part
+from microcheckpoint.engine.sinkstage import SinkContext, SinkPublisher, commit_sinks, stage_part
 from microcheckpoint.errors import MetadataFormatError
 from microcheckpoint.ids import TaskId
 from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.records import Ack
+from microcheckpoint.sinks.base import Sink
 from microcheckpoint.sinks.files import FileSink, read_committed
 from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import StoredObject
@@ -56,9 +59,9 @@ class Checked(FileSink):
         return store
 
 
-def staged_epoch(h, sink: FileSink):
-    """Checkpoint 1 with ``ROWS`` staged by the sink's two subtasks, completed."""
-    coord = h.coordinator()
+def staged(h, coord, sink: Sink):
+    """Checkpoint 1 with ``ROWS`` staged by the sink's two subtasks, every task acked; its
+    id and plan."""
     tasks = [TaskId.of("source", 0), TaskId.of(sink.uid, 0), TaskId.of(sink.uid, 1)]
     cid = coord.trigger(tasks, {TP0: 3}, h.startup({TP0: 0})).checkpoint_id
     plan = coord.plan(cid)
@@ -68,7 +71,13 @@ def staged_epoch(h, sink: FileSink):
     for part, rows in enumerate(ROWS):
         next(stage_part(ctx, sink, part, rows))
     record_ack(h.store, h.layout, cid, Ack(tasks[0], plan.attempt, (), {}, 3))
-    return coord.complete(cid)
+    return cid, plan
+
+
+def staged_epoch(h, sink: Sink):
+    """Checkpoint 1 with ``ROWS`` staged by the sink's two subtasks, completed."""
+    coord = h.coordinator()
+    return coord.complete(staged(h, coord, sink)[0])
 
 
 def test_the_manifest_is_looked_for_while_the_parts_are_read(h, tmp_path) -> None:
@@ -95,3 +104,123 @@ def test_a_missing_staged_part_is_named_when_the_sink_uses_it(h, tmp_path) -> No
     with pytest.raises(MetadataFormatError, match=f"staged output .*{part}.* epoch 1, is miss"):
         commit_sinks(h.store, [sink], meta)
     assert read_committed((tmp_path / "out").as_uri(), PIPELINE, "out") == []
+
+
+class Rows(Sink):
+    """A sink that takes its rows and publishes them to ``published`` (nothing to wait for
+    of its own: ``parts`` waits for ``ready``)."""
+
+    def __init__(self, uid: str) -> None:
+        super().__init__(uid)
+        self.published: list[list[dict]] = []
+
+    def commit(self, epoch, parts) -> None:
+        self.published.append([row for part in parts for row in part])
+
+
+def test_a_sink_gets_its_rows_only_once_ready_returns(h) -> None:
+    # ``ready``: notify's wait for the _metadata that complete(then_notify=True) sent.
+    sink = Rows("out")
+    meta = staged_epoch(h, sink)
+    store = Watched(h.store.url, "/sink/", threading.Event())
+    store.patience = 0.0
+    seen: list[tuple[int, int]] = []
+
+    def ready() -> None:  # the parts' reads need not wait for it: give them 5 s to come
+        deadline = time.monotonic() + 5.0
+        while len(store.gets) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append((len(store.gets), len(sink.published)))
+
+    commit_sinks(store, [sink], meta, ready=ready)
+    # Both parts were read meanwhile; nothing was published before it returned.
+    assert seen == [(2, 0)]
+    assert [[r["key"] for r in rows] for rows in sink.published] == [["a", "b", "c"]]
+
+
+def test_the_file_sink_writes_its_data_files_before_ready_and_its_manifest_after(
+    h, tmp_path
+) -> None:
+    target = (tmp_path / "out").as_uri()
+    sink = FileSink("out", target)
+    meta = staged_epoch(h, sink)
+    seen: list[list[str]] = []
+
+    def ready() -> None:
+        seen.append(sorted(k.rsplit("/", 2)[-2] for k in FileStore(target).list("pipe/out/")))
+
+    commit_sinks(h.store, [sink], meta, ready=ready)
+    # Its data files were written (invisible), its manifest not yet.
+    assert seen == [["epoch-0000000001", "epoch-0000000001"]]
+    assert [r["key"] for r in read_committed(target, PIPELINE, "out")] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("make", [Rows, None], ids=["any sink", "file sink"])
+def test_a_failed_ready_publishes_nothing(h, tmp_path, make) -> None:
+    target = (tmp_path / "out").as_uri()
+    sink = make("out") if make else FileSink("out", target)
+    meta = staged_epoch(h, sink)
+
+    def ready() -> None:
+        raise OSError("PUT _metadata: connection reset")
+
+    with pytest.raises(OSError, match="connection reset"):
+        commit_sinks(h.store, [sink], meta, ready=ready)
+    if make:
+        assert sink.published == []
+    else:
+        assert read_committed(target, PIPELINE, "out") == []
+        assert not [k for k in FileStore(target).list("pipe/out/") if "_manifests" in k]
+
+
+class Logged(FileStore):
+    """A file store that logs its GETs and, as a manifest is written, whether the
+    checkpoint's ``_metadata`` (``metadata``, in ``checkpoints``) existed; its writes of a
+    ``_metadata`` take 0.3 s."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.gets: list[str] = []
+        self.metadata: str | None = None
+        self.checkpoints: FileStore | None = None
+        self.restorable: list[bool] = []
+
+    def get(self, key: str) -> StoredObject | None:
+        self.gets.append(key)
+        return super().get(key)
+
+    def put_if_absent(self, key: str, data: bytes):
+        if "/_manifests/" in key and self.checkpoints is not None:
+            self.restorable.append(self.checkpoints.exists(self.metadata))
+        if key.endswith("/_metadata"):
+            time.sleep(0.3)  # a slow commit point: what the manifest must wait for
+        return super().put_if_absent(key, data)
+
+
+def test_the_publish_reads_before_the_checkpoint_is_decided(h, tmp_path) -> None:
+    target = (tmp_path / "out").as_uri()
+    sink = FileSink("out", target)
+    output = sink._store = Logged(target)
+    store = h.store = Logged(h.store.url)
+    coord = h.coordinator()
+    cid, plan = staged(h, coord, sink)
+    output.metadata, output.checkpoints = h.layout.metadata(cid), store
+    pipeline = SimpleNamespace(name=PIPELINE, sinks=[sink], source=SimpleNamespace(uid="source"))
+    publisher = SinkPublisher(pipeline, store)
+
+    publisher.prepare(plan)
+    # Both staged parts and the manifest are read before the checkpoint is even claimed.
+    deadline = time.monotonic() + 5.0
+    while (len(store.gets) < 2 or not output.gets) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len([k for k in store.gets if "/sink/" in k]) == 2
+    assert [k.rsplit("/", 1)[-1] for k in output.gets] == ["epoch-0000000001.json"]
+    assert not coord.view().records[cid].outcome
+
+    coord.complete(cid, then_notify=True)
+    coord.notify(cid, commit_sinks=publisher)
+    # Read once each, and the manifest written once _metadata was.
+    assert len([k for k in store.gets if "/sink/" in k]) == 2
+    assert len(output.gets) == 1
+    assert output.restorable == [True]
+    assert [r["key"] for r in read_committed(target, PIPELINE, "out")] == ["a", "b", "c"]
