@@ -15,8 +15,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -393,11 +394,10 @@ class LocalEpochOperator(PipelineOperator):
             result.attempt,
             result.records,
         )
-        # The publish's first reads go while the checkpoint is completed.
+        # The publish's first reads go beside the claim.
         publish = sink_publisher(pipeline, coord.store, coord.config.mode)
-        if publish is not None:
-            publish.prepare(plan)
-        completed = _complete(coord, result.checkpoint_id, then_notify=True)
+        prepare = None if publish is None else partial(publish.prepare, plan)
+        completed = _complete(coord, result.checkpoint_id, then_notify=True, on_acked=prepare)
         _notify(self, coord, pipeline, result.checkpoint_id, publish)
         try:
             warn_replayability(self, coord)
@@ -486,12 +486,16 @@ def event_kind(target: PipelineTarget, at_ms: int | None) -> str | None:
 
 
 def _complete(
-    coord: CheckpointCoordinator, cid: CheckpointId, *, then_notify: bool = False
+    coord: CheckpointCoordinator,
+    cid: CheckpointId,
+    *,
+    then_notify: bool = False,
+    on_acked: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """The global ack of ``cid`` (idempotent), as the task's XCom; refusals fail the task.
-    ``then_notify``: the task notifies next (``CheckpointCoordinator.complete``)."""
+    ``then_notify``, ``on_acked``: see ``CheckpointCoordinator.complete``."""
     try:
-        meta = complete_checkpoint(coord, cid, then_notify=then_notify)
+        meta = complete_checkpoint(coord, cid, then_notify=then_notify, on_acked=on_acked)
     except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
         raise AirflowFailException(str(exc)) from exc
     metrics.checkpoint_completed(coord.config.pipeline, meta.statistics, meta.barrier.record_count)

@@ -80,11 +80,10 @@ def run_cycle(
             faults=faults,
         )
         faults.point("after_acks")
-        # Step 4: the global ack, while the publish's first reads go (its _metadata written
-        # beside notify's first requests).
-        if publish is not None:
-            publish.prepare(plan)
-        meta = coordinator.complete(cid, then_notify=True)
+        # Step 4: the global ack, the publish's first reads beside its claim, its _metadata
+        # beside notify's first requests.
+        prepare = None if publish is None else partial(publish.prepare, plan)
+        meta = coordinator.complete(cid, then_notify=True, on_acked=prepare)
         faults.point("after_metadata", partial(coordinator.committed, cid))
         # Step 5: notify (sinks publish, group offsets, retention).
         coordinator.notify(cid, group_committer(offsets, config), publish)

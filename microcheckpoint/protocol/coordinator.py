@@ -742,6 +742,7 @@ class CheckpointCoordinator:
         view: PipelineView | None = None,
         *,
         then_notify: bool = False,
+        on_acked: Callable[[], object] | None = None,
     ) -> CheckpointMetadata:
         """The global ack: decide COMPLETED and write ``_metadata``.
 
@@ -757,7 +758,9 @@ class CheckpointCoordinator:
         the sinks' reads), where it cost a round trip of its own before them; the sinks
         publish nothing visible before it is written. The claim decided the checkpoint
         already: if the write fails, ``notify`` raises, and the next recovery writes
-        ``_metadata`` for the claim (``finish_completing``).
+        ``_metadata`` for the claim (``finish_completing``). ``on_acked``: called once
+        every expected task has acked, just before the claim is sent, for reads that
+        may go beside it (the sinks' first reads: ``SinkPublisher.prepare``).
 
         Raises:
             AcksMissing: not every expected task has acknowledged yet.
@@ -780,6 +783,8 @@ class CheckpointCoordinator:
             )
         # Step 2: claim the outcome (if n was aborted meanwhile, nothing else changes).
         self._planned.pop(cid, None)
+        if on_acked is not None:
+            on_acked()
         claim = OutcomeRecord.completed_by(pending.attempt, self.now_ms(), self.token)
         written = self._write_once(self.layout.outcome(cid), claim, encode(claim))
         if written is not WriteOutcome.OK:

@@ -221,10 +221,14 @@ def _warn_if_not_contiguous(
 
 
 def complete_checkpoint(
-    coordinator: CheckpointCoordinator, cid: CheckpointId, *, then_notify: bool = False
+    coordinator: CheckpointCoordinator,
+    cid: CheckpointId,
+    *,
+    then_notify: bool = False,
+    on_acked: Callable[[], object] | None = None,
 ) -> CheckpointMetadata:
     """The complete step, safe to run again (a retried task, a second process).
-    ``then_notify``: as ``CheckpointCoordinator.complete``'s (the caller notifies next).
+    ``then_notify`` and ``on_acked``: as ``CheckpointCoordinator.complete``'s.
 
     Steps: 1. finish a claimed completion an earlier try left; 2. a pending checkpoint past
     its timeout is aborted as EXPIRED; 3. complete it, or return the ``_metadata`` an
@@ -253,7 +257,7 @@ def complete_checkpoint(
             raise expired
     # Step 3: the global ack.
     try:
-        return coordinator.complete(cid, view, then_notify=then_notify)
+        return coordinator.complete(cid, view, then_notify=then_notify, on_acked=on_acked)
     except CommitConflict:
         view = coordinator.view()
         if view.records[cid].status is not CheckpointStatus.COMPLETED:

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from microcheckpoint.errors import StorageError
+from microcheckpoint.errors import AcksMissing, StorageError
 from microcheckpoint.ids import CheckpointId
 from microcheckpoint.protocol.coordinator import record_ack
 from microcheckpoint.protocol.records import Ack
@@ -23,7 +23,7 @@ from microcheckpoint.storage.file import FileStore
 from microcheckpoint.storage.port import StoredObject, WriteOutcome
 from tests.unit.conftest import TP0
 from tests.unit.protocol.test_recovery import MemoryOffsets
-from tests.unit.protocol.test_requests import tasks
+from tests.unit.protocol.test_requests import Recording, tasks
 
 STAGED = "pipe/sink/staged-part"
 
@@ -172,3 +172,25 @@ def test_metadata_another_writer_finished_first_is_the_one_notify_uses(h) -> Non
     view = coord.view()
     assert view.metadata(cid) == stored  # this coordinator's views see the stored one
     assert view.metadata_sha256(cid) == h.coordinator().view().metadata_sha256(cid)
+
+
+def test_on_acked_runs_after_the_completion_s_listing_just_before_its_claim(h) -> None:
+    store = h.store = Recording(h.store.url)
+    coord = h.coordinator()
+    cid = coord.trigger(tasks(1), {TP0: 5}, h.startup({TP0: 0})).checkpoint_id
+    plan = coord.plan(cid)
+    record_ack(store, h.layout, cid, Ack(tasks(1)[0], plan.attempt, (), {}, 5))
+    called: list[int] = []
+
+    # Not every task acked: no claim, and nothing to prepare for.
+    with pytest.raises(AcksMissing):
+        coord.complete(cid, on_acked=lambda: called.append(len(store.log)))
+    assert called == []
+
+    record_ack(store, h.layout, cid, Ack(tasks(1)[1], plan.attempt, (), {}, 5))
+    store.log.clear()
+    coord.complete(cid, on_acked=lambda: called.append(len(store.log)))
+    # After the listing, with nothing sent between it and the claim.
+    (at,) = called
+    assert store.log[at - 1][0] == "LIST" or "/acks/" in store.log[at - 1][1]
+    assert store.log[at] == ("PUT_IF_ABSENT", h.layout.outcome(cid))
