@@ -650,19 +650,9 @@ class CheckpointCoordinator:
             outcome = view.records[cid].outcome
             assert outcome is not None and outcome.attempt is not None
             # On behalf of the claim: its writer is the checkpoint's one writer.
-            self._write_metadata(view, cid, outcome.attempt, writer=outcome.writer or None)
+            made = self._metadata_of(view, cid, outcome.attempt, writer=outcome.writer or None)
+            self._store_metadata(cid, *made)
         return self.view()
-
-    def _write_metadata(
-        self,
-        view: PipelineView,
-        cid: CheckpointId,
-        attempt: int,
-        pending: PendingCheckpoint | None = None,
-        writer: str | None = None,
-    ) -> CheckpointMetadata:
-        meta, data = self._metadata_of(view, cid, attempt, pending, writer)
-        return self._store_metadata(cid, meta, data)
 
     def _metadata_of(
         self,
@@ -812,7 +802,9 @@ class CheckpointCoordinator:
             meta, data = self._metadata_of(view, cid, pending.attempt, pending)
             self._committing[cid] = (meta, started(partial(self._store_metadata, cid, meta, data)))
         else:
-            meta = self._write_metadata(view, cid, pending.attempt, pending)
+            meta = self._store_metadata(
+                cid, *self._metadata_of(view, cid, pending.attempt, pending)
+            )
         log.info(
             "completed checkpoint %s of %s in %d ms", cid, self.config.pipeline, meta.duration_ms
         )
