@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -223,4 +224,36 @@ def test_the_publish_reads_before_the_checkpoint_is_decided(h, tmp_path) -> None
     assert len([k for k in store.gets if "/sink/" in k]) == 2
     assert len(output.gets) == 1
     assert output.restorable == [True]
+    assert [r["key"] for r in read_committed(target, PIPELINE, "out")] == ["a", "b", "c"]
+
+
+class FailsFirst(Logged):
+    """A logged store whose first GET of every staged part fails."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.failed: set[str] = set()
+
+    def get(self, key: str) -> StoredObject | None:
+        if "/sink/" in key and key not in self.failed:
+            self.failed.add(key)
+            self.gets.append(key)
+            raise OSError(f"GET {key}: connection reset")
+        return super().get(key)
+
+
+def test_a_staged_part_read_ahead_that_failed_is_read_again(h, tmp_path) -> None:
+    target = (tmp_path / "out").as_uri()
+    sink = FileSink("out", target)
+    store = h.store = FailsFirst(h.store.url)
+    coord = h.coordinator()
+    cid, plan = staged(h, coord, sink)
+    pipeline = SimpleNamespace(name=PIPELINE, sinks=[sink], source=SimpleNamespace(uid="source"))
+    publisher = SinkPublisher(pipeline, store)
+
+    coord.complete(cid, then_notify=True, on_acked=partial(publisher.prepare, plan))
+    coord.notify(cid, commit_sinks=publisher)
+
+    assert len(store.failed) == 2  # both reads ahead failed, and were sent again
+    assert len([k for k in store.gets if "/sink/" in k]) == 4
     assert [r["key"] for r in read_committed(target, PIPELINE, "out")] == ["a", "b", "c"]
