@@ -215,13 +215,11 @@ def _prefetch(ctx: OperatorContext, subtask: int) -> None:
     100k count's epoch measured 0.03-0.04 s slower with them)."""
     if ctx.backend != "table" or not ctx.restore or not 0 <= subtask < ctx.parallelism:
         return  # (a partition beyond the subtasks is refused as its rows are received)
-    store = open_store(ctx.store_url, **ctx.store_options)
-    if not store.remote:
-        return
     owned = owned_key_groups(ctx.max_parallelism, ctx.parallelism, subtask, ctx.key_groups)
     chains = key_group_chains(ctx.restore)
     handles = [h for kg in owned for h in chains.get(kg, ())]
-    if handles:
+    store = open_store(ctx.store_url, **ctx.store_options) if handles else None
+    if store is not None and store.remote:
         prefetch(store, handles)
 
 

@@ -33,7 +33,7 @@ from microcheckpoint.protocol.records import CheckpointMetadata
 from microcheckpoint.sinks.base import EpochInfo, Sink
 from microcheckpoint.state.handles import StateHandle
 from microcheckpoint.storage import ObjectStore
-from microcheckpoint.storage.port import StoredObject, started
+from microcheckpoint.storage.port import StoredObject, ahead, started
 
 if TYPE_CHECKING:
     from microcheckpoint.engine.api import Pipeline
@@ -146,7 +146,7 @@ class StagedParts(Sequence[list[dict[str, Any]]]):
     checkpoint whose ``_metadata`` is written meanwhile): the rows are handed over only
     after it, so a sink, which reads them before it writes what its readers see, makes
     nothing visible before the checkpoint is restorable. ``sent``: reads of staged parts
-    begun earlier (``SinkPublisher.prepare``), by key; one that failed is sent again.
+    begun earlier (``SinkPublisher.prepare``), by key. A read that failed is sent again when the part is used.
 
     Raises (on first use):
         MetadataFormatError: a staged part is missing, or differs from its handle.
@@ -165,7 +165,6 @@ class StagedParts(Sequence[list[dict[str, Any]]]):
         self._store, self._uid, self._epoch, self._count = store, sink.uid, epoch, len(handles)
         self._handles = [(i, h) for i, hs in enumerate(handles) for h in hs]
         sent = sent or {}
-        self._early = [h.key in sent for _, h in self._handles]
         self.reads = [
             sent.get(h.key) or started(functools.partial(store.get, h.key))
             for _, h in self._handles
@@ -179,12 +178,9 @@ class StagedParts(Sequence[list[dict[str, Any]]]):
         if self._ready is not None:
             self._ready()
         parts: list[list[dict[str, Any]]] = [[] for _ in range(self._count)]
-        for (i, handle), read, early in zip(self._handles, self.reads, self._early, strict=True):
+        for (i, handle), read in zip(self._handles, self.reads, strict=True):
             url = self._store.child_url(handle.key)
-            if early and read.exception() is not None:
-                obj = self._store.get(handle.key)  # a read ahead failed: this one reports
-            else:
-                obj = read.result()
+            obj = ahead(read, functools.partial(self._store.get, handle.key))
             if obj is None:
                 raise MetadataFormatError(
                     f"staged output {url} of sink {self._uid!r}, epoch {self._epoch}, "

@@ -9,7 +9,6 @@ rewrites the same file names and finds or writes the one manifest: nothing is vi
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import uuid
@@ -22,7 +21,7 @@ from microcheckpoint.adapters.stores import open_store
 from microcheckpoint.errors import ConfigError, StorageError
 from microcheckpoint.sinks.base import EpochInfo, Row, Sink
 from microcheckpoint.storage import ObjectStore, WriteOutcome, each, write_once
-from microcheckpoint.storage.port import started
+from microcheckpoint.storage.port import ahead, started
 
 __all__ = ["FileSink", "read_committed"]
 
@@ -108,14 +107,7 @@ class FileSink(Sink):
         base = self._base(epoch)
         manifest = self._manifest(epoch)
         # Step 1: already published (a retried or zombie notify).
-        looked = self._looked.pop(manifest, None)
-        published = None
-        if looked is not None:
-            with contextlib.suppress(Exception):  # a read ahead: looked at again below
-                published = looked.result()
-        if published is None:
-            published = self.store.exists(manifest)
-        if published:
+        if ahead(self._looked.pop(manifest, None), partial(self.store.exists, manifest)):
             return
         # Step 2: the data files (invisible until the manifest lists them).
         files = [

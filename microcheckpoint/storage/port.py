@@ -21,6 +21,7 @@ Keys are ``/``-separated paths relative to the store's root URL.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import threading
 import time
@@ -37,6 +38,7 @@ __all__ = [
     "ObjectStore",
     "StoredObject",
     "WriteOutcome",
+    "ahead",
     "beside",
     "each",
     "started",
@@ -92,6 +94,16 @@ def started(fn: Callable[[], R]) -> Future[R]:
     caller's own (a listing sent while a sink publishes); ``.result()`` waits for it.
     Not for calls that use ``each`` themselves (see ``each``)."""
     return _pool().submit(fn)
+
+
+def ahead(sent: Future[R] | None, again: Callable[[], R]) -> R:
+    """The result of a read sent ahead of its need (``sent``), or ``again()``'s when none
+    was sent or it failed: a read ahead fails nothing, the read made when the result is
+    needed reports its own error."""
+    if sent is not None:
+        with contextlib.suppress(Exception):
+            return sent.result()
+    return again()
 
 
 def beside(fn: Callable[[], R]) -> Future[R]:
