@@ -93,48 +93,52 @@ def spark():
         session.stop()
 
 
-# The longest test files (minutes each, from `make test`'s --durations), longest first. With
-# `--dist loadfile --no-loadscope-reorder` each file goes to one worker in collection order,
-# so starting these first keeps the workers busy to the end instead of leaving one long file
-# for last. (Without that flag xdist orders files by their number of tests: the longest
-# files, one test each, went last.)
+# The test files of 20 s or more (`make test`'s --durations, the mean of two runs of
+# 2026-11-29), longest first. With `--dist loadfile --no-loadscope-reorder` each file goes
+# to one worker in collection order, so starting these first keeps the workers busy to the
+# end instead of leaving one long file for last. (Without that flag xdist orders files by
+# their number of tests: the longest files, one test each, went last.)
 LONGEST_FIRST = (
     "tests/e2e/test_airflow_scheduler.py",
     "tests/integration/test_airflow_dags.py",
     "tests/integration/test_stage_crash.py",
+    "tests/integration/test_spark_modes.py",
     "tests/integration/test_spark_cluster.py",
     "tests/integration/test_stage_crash_unaligned.py",
-    "tests/integration/test_spark_modes.py",
     "tests/integration/test_engine.py",
-    "tests/integration/test_s3_faults.py",
-    "tests/integration/test_airflow_zombie.py",
-    "tests/integration/test_broker_faults.py",
     "tests/integration/test_verify.py",
-    "tests/integration/test_file_source.py",
-    "tests/integration/test_nexmark_queries.py",
-    "tests/integration/test_crash_recovery.py",
-    "tests/integration/test_airflow_state_evolution.py",
-    "tests/integration/test_sinks_engine.py",
+    "tests/integration/test_airflow_zombie.py",
     "tests/integration/test_cli_edges.py",
-    "tests/integration/test_demo_engine.py",
-    "tests/integration/test_global_savepoint.py",
+    "tests/integration/test_nexmark_queries.py",
+    "tests/integration/test_broker_faults.py",
+    "tests/integration/test_file_source.py",
+    "tests/integration/test_audit.py",
     "tests/integration/test_nexmark_crash.py",
-    "tests/integration/test_edge_contract.py",
+    "tests/integration/test_airflow_state_evolution.py",
     "tests/integration/test_wheel_install.py",
-    "tests/integration/test_stage_watermarks.py",
-    "tests/integration/test_stages.py",
-    "tests/integration/test_examples.py",
-    "tests/integration/test_kafka_sink.py",
-    "tests/integration/test_service_reaping.py",
-    "tests/integration/test_windows_engine.py",
+    "tests/integration/test_s3_faults.py",
+    "tests/integration/test_crash_recovery.py",
+    "tests/integration/test_edge_contract.py",
+    "tests/integration/test_demo_engine.py",
+    "tests/integration/test_sinks_engine.py",
+    "tests/integration/test_key_group_schemes.py",
     "tests/integration/test_cli_state_import.py",
-    "tests/integration/test_epoch_failure_cause.py",
-    "tests/integration/test_process_engine.py",
-    "tests/integration/test_file_sink.py",
-    "tests/integration/test_cli.py",
+    "tests/integration/test_stages.py",
+    "tests/integration/test_stage_watermarks.py",
     "tests/property/test_coordinator_state_machine.py",
-    "tests/integration/test_operator_state_engine.py",
+    "tests/integration/test_cli.py",
+    "tests/integration/test_service_reaping.py",
+    "tests/integration/test_epoch_failure_cause.py",
+    "tests/integration/test_cli_restores.py",
+    "tests/integration/test_global_savepoint.py",
+    "tests/integration/test_process_engine.py",
+    "tests/integration/test_windows_engine.py",
+    "tests/integration/test_examples.py",
+    "tests/integration/test_state_evolution.py",
     "tests/integration/test_seaweedfs_replication.py",
+    "tests/integration/test_replayability.py",
+    "tests/integration/test_file_sink.py",
+    "tests/integration/test_operator_state_engine.py",
 )
 
 
