@@ -146,7 +146,8 @@ class StagedParts(Sequence[list[dict[str, Any]]]):
     checkpoint whose ``_metadata`` is written meanwhile): the rows are handed over only
     after it, so a sink, which reads them before it writes what its readers see, makes
     nothing visible before the checkpoint is restorable. ``sent``: reads of staged parts
-    begun earlier (``SinkPublisher.prepare``), by key. A read that failed is sent again when the part is used.
+    begun earlier (``SinkPublisher.prepare``), by key. A read that failed is sent again
+    when the part is used.
 
     Raises (on first use):
         MetadataFormatError: a staged part is missing, or differs from its handle.
