@@ -10,7 +10,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv browser demo demo-engine demo-stages test test-unit test-e2e stress lint bench picture clean
+.PHONY: venv browser bytecode demo demo-engine demo-stages test test-unit test-e2e stress lint bench picture clean
 
 venv: $(STAMP)
 
@@ -44,7 +44,7 @@ $(CHROMIUM):
 # The pipeline through Airflow's scheduler; `make demo KEEP=1` leaves it running.
 # `make demo SPARK=cluster`: the Connect server's master is a standalone master with two
 # workers on loopback (executors in JVMs of their own) instead of local[2].
-demo: $(STAMP)
+demo: $(STAMP) bytecode
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" KEEP="$(KEEP)" SPARK="$(SPARK)" $(PY) -m harness.demo
 
 # The engine alone (no Airflow): Spark epochs with a kill -9 of one epoch's job.
@@ -56,13 +56,22 @@ demo-engine: $(STAMP)
 demo-stages: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m harness.demo_stages
 
+# The project's own modules compiled once, before the suite and the demo start their
+# hundreds of Python processes (epoch jobs, CLI calls, Spark's Python workers, Airflow's
+# task and parsing processes). Where PYTHONDONTWRITEBYTECODE is set, as on this project's
+# machines, no process writes a .pyc, so each compiled from source what it imported: about
+# a tenth of a CLI test file's CPU (docs/testing.md). Python checks each .pyc against its
+# source's time and size, so a stale one is never used.
+bytecode: $(STAMP)
+	$(PY) -m compileall -q -j 0 microcheckpoint microcheckpoint_airflow harness tests spark_jobs dags examples bench >/dev/null
+
 # Lint first: CI runs `make test` only, so style is checked there too. Three workers on two
 # cores: much of the suite waits on services (Airflow's scheduler, broker restarts, holds),
 # and a third worker fills that time (docs/testing.md gives the measured times). Files go
 # out in collection order, which tests/conftest.py makes longest first: xdist's default
 # (most tests first) left the longest single-test files for last.
 WORKERS ?= 3
-test: lint browser
+test: lint browser bytecode
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CHROMIUM="$(CHROMIUM)" $(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 test-e2e: $(STAMP) browser
