@@ -60,8 +60,9 @@ demo-stages: $(STAMP)
 # hundreds of Python processes (epoch jobs, CLI calls, Spark's Python workers, Airflow's
 # task and parsing processes). Where PYTHONDONTWRITEBYTECODE is set, as on this project's
 # machines, no process writes a .pyc, so each compiled from source what it imported: about
-# a tenth of a CLI test file's CPU (docs/testing.md). Python checks each .pyc against its
-# source's time and size, so a stale one is never used.
+# a tenth of a CLI test file's CPU (docs/testing.md). `make bench` compiles them too, as
+# installing the package would. Python checks each .pyc against its source's time and
+# size, so a stale one is never used.
 bytecode: $(STAMP)
 	$(PY) -m compileall -q -j 0 microcheckpoint microcheckpoint_airflow harness tests spark_jobs dags examples bench >/dev/null
 
@@ -93,7 +94,7 @@ stress: $(STAMP)
 	  -n 2 --dist load $(PYTEST_ARGS) || failed=$$?; \
 	$(PY) -m harness.stress $(STRESS_REPORT); exit $${failed:-0}
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.bench_checkpoint_bytes
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.s3_requests
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m bench.run_all $(BENCH_ARGS)
