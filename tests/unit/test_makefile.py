@@ -30,3 +30,38 @@ def test_a_failing_install_fails_make(tmp_path: Path) -> None:
     makefile.write_text(head + "t:\n\tfalse | { grep x || true; }\n")
     done = subprocess.run(["make", "-f", str(makefile), "t"], capture_output=True, text=True)
     assert done.returncode != 0
+
+
+# Top-level folders with Python files that no suite, demo or bench process imports from
+# the checkout: the pictures' scripts (run by `make picture` with the system Python) and the
+# Docker image's files (the harness copies airflow_local_settings.py into Airflow's home).
+NOT_COMPILED = {"docs", "docker"}
+
+
+def _compiled_folders() -> list[str]:
+    done = subprocess.run(["make", "-n", "bytecode"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if "compileall" in x)
+    words = line.split(">")[0].split()
+    words = words[words.index("compileall") + 1 :]
+    return [w for i, w in enumerate(words) if not w.startswith("-") and words[i - 1] != "-j"]
+
+
+def test_bytecode_compiles_every_folder_of_the_projects_modules() -> None:
+    # With PYTHONDONTWRITEBYTECODE set no process writes a .pyc: a folder left out is
+    # compiled from source by every process that imports it.
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    holding_python = {path.split("/")[0] for path in tracked if "/" in path}
+    assert set(_compiled_folders()) == holding_python - NOT_COMPILED
+
+
+def test_the_suite_the_demo_and_the_bench_compile_before_they_start() -> None:
+    for target, starts in (("test", "-m pytest"), ("demo", "harness.demo"), ("bench", "bench.")):
+        done = subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        compiled = next(i for i, x in enumerate(lines) if "compileall" in x)
+        started = next(i for i, x in enumerate(lines) if starts in x)
+        assert compiled < started, (target, lines)
