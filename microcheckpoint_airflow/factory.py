@@ -287,8 +287,8 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
         if one_task:
             # One task places the barrier and runs the epoch: no task start between them.
             # The barrier comes after the task's start and its Spark session (a local JVM
-            # starts in about 15 s), so the checkpoint's own timeout (checked when the job
-            # returns) must come first: the task gets 120 s more.
+            # starts in about 15 s), so the checkpoint's own timeout (which the task
+            # enforces from the barrier on) must come first: the task gets 120 s more.
             # (A deferred wait for the gate does not count against execution_timeout.)
             epoch.update(
                 checkpoint_id=None,
@@ -299,20 +299,12 @@ def _pipeline_dag(spec: PipelineSpec, spark: Spark, common: dict) -> DAG:
             )
             cid = CID_IN_EPOCH
             process, failing = _epoch_tasks(spec, spark, epoch)
-            # The checkpoint timeout runs beside the epoch, in the triggerer only: it
-            # learns the id from the epoch task's XCom once the barrier is placed. Its
-            # own bound covers the epoch task's tries, and in a gated task the gate's
-            # wait (the min pause, or one checkpoint of another run's timeout).
-            waits = config.min_pause + timeout_s if gated else 0
-            deadline = CheckpointTimeoutSensor(
-                task_id="checkpoint_timeout",
-                spec=spec,
-                id_task="process_epoch",
-                id_key="checkpoint_id",
-                timeout=(timeout_s + 65) * (1 + TRIGGER_RETRY["retries"]) + 60 + waits,
-            )
+            # The checkpoint timeout is enforced inside the task from its barrier
+            # (``DeadlineWatch``): a sensor beside it would hold the run until the
+            # triggerer hands its event on (up to a second after the epoch). A task that
+            # dies is aborted by ``abort_on_failure``, as EXPIRED past the deadline.
             if gate_concurrency is not None:
-                gate_concurrency >> [process, deadline]
+                gate_concurrency >> process
         else:
             cid = CID
             trigger = TriggerCheckpointOperator(

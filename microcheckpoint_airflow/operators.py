@@ -46,6 +46,7 @@ from microcheckpoint.ops import (
     take_savepoint,
 )
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
+from microcheckpoint.protocol.deadline import DeadlineWatch
 from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import EventKind
@@ -242,7 +243,11 @@ class LocalEpochOperator(PipelineOperator):
     The epoch's executors have written every ack when the Spark job returns, so no sensor
     has to wait for them: this task takes the global ack (``_metadata``, or EXPIRED past the
     timeout) and notifies (sinks publish, group offsets move) right away. A notify that fails
-    leaves the checkpoint completed; the next run's trigger notifies it first.
+    leaves the checkpoint completed; the next run's trigger notifies it first. From the
+    barrier until the global ack, the task enforces the checkpoint timeout itself
+    (``protocol.deadline.DeadlineWatch``): at trigger time + ``timeout`` it aborts the
+    checkpoint as EXPIRED, whatever the job is doing, and the task then fails with
+    ``checkpoint N of '<name>' expired: ...``.
 
     With ``trigger=True`` the task also triggers the checkpoint first (``checkpoint_id`` is
     then unset): the barrier is placed when processing starts, not one task start earlier.
@@ -380,24 +385,32 @@ class LocalEpochOperator(PipelineOperator):
         from microcheckpoint.engine.sinkstage import sink_publisher
 
         plan = coord.plan(cid)
-        result = run_epoch(
-            spark,
-            pipeline,
-            plan,
-            coord.store,
-            bootstrap=bootstrap,
-            store_options=self.store_options(),
-        )
-        self.log.info(
-            "checkpoint %s attempt %s: %d records processed, every task acked",
-            result.checkpoint_id,
-            result.attempt,
-            result.records,
-        )
-        # The publish's first reads go beside the claim.
         publish = sink_publisher(pipeline, coord.store, coord.config.mode)
-        prepare = None if publish is None else partial(publish.prepare, plan)
-        completed = _complete(coord, result.checkpoint_id, then_notify=True, on_acked=prepare)
+        # The checkpoint timeout, in this process: aborted as EXPIRED at its deadline,
+        # whatever the job is doing, until the global ack decides it.
+        with DeadlineWatch(coord, cid, plan.trigger_time_ms) as deadline:
+            try:
+                result = run_epoch(
+                    spark,
+                    pipeline,
+                    plan,
+                    coord.store,
+                    bootstrap=bootstrap,
+                    store_options=self.store_options(),
+                )
+            except Exception as exc:
+                if deadline.expired is not None:  # the cause, rather than what followed it
+                    raise AirflowFailException(str(deadline.expired)) from exc
+                raise
+            self.log.info(
+                "checkpoint %s attempt %s: %d records processed, every task acked",
+                result.checkpoint_id,
+                result.attempt,
+                result.records,
+            )
+            # The publish's first reads go beside the claim.
+            prepare = None if publish is None else partial(publish.prepare, plan)
+            completed = _complete(coord, result.checkpoint_id, then_notify=True, on_acked=prepare)
         _notify(self, coord, pipeline, result.checkpoint_id, publish)
         try:
             warn_replayability(self, coord)

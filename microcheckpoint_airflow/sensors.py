@@ -8,8 +8,9 @@ Each sensor checks once in the worker; only when it has to wait does it defer to
 - ``BaseStateSensor``: the checkpoint this epoch continues from has all its state.
 - ``AwaitAcksSensor``: every task acked, within ``timeout`` of the trigger; past it the
   checkpoint is aborted as EXPIRED and the task fails.
-- ``CheckpointTimeoutSensor``: beside the epoch task, the checkpoint is decided by its
-  deadline, or it is aborted as EXPIRED then (it starts and ends in the triggerer).
+- ``CheckpointTimeoutSensor``: beside the epoch task where a checkpoint spans several tasks,
+  the checkpoint is decided by its deadline, or it is aborted as EXPIRED then (it starts
+  and ends in the triggerer). The one-task epoch enforces its timeout itself.
 - ``QuietSensor``: nothing in flight (savepoint with stop, restore).
 - ``AlignmentSensor``: a stage's input channels have the upstream's next barrier markers
   (by mode: all of them, one, or ``aligned_timeout`` passed), so the trigger cuts at once.
@@ -183,7 +184,9 @@ class QuietSensor(CheckpointSensor):
 
 
 class CheckpointTimeoutSensor(BaseSensorOperator):
-    """Flink's checkpoint timeout, beside the epoch task (in parallel with it).
+    """Flink's checkpoint timeout, beside the epoch task (in parallel with it), where a
+    checkpoint spans several tasks (a separate trigger task); the one-task epoch enforces its
+    timeout itself (``protocol.deadline.DeadlineWatch``).
 
     It starts and ends in the triggerer (``CheckpointDeadlineTrigger``): no worker process
     per epoch. It waits for the checkpoint id that task ``id_task`` pushes to XCom (key

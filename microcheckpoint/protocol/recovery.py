@@ -249,8 +249,8 @@ def complete_checkpoint(
             f"checkpoint {cid} of {coordinator.config.pipeline!r} does not exist in "
             f"{coordinator.store.url}"
         )
-    # Step 2: the strict timeout (the timeout sensor may have expired it at its deadline
-    # already: say so, not merely that it is aborted).
+    # Step 2: the strict timeout (the epoch task's deadline watch or the timeout sensor may
+    # have expired it at its deadline already: say so, not merely that it is aborted).
     if record.status is CheckpointStatus.PENDING or record.abort_reason is AbortReason.EXPIRED:
         expired = coordinator.expire_if_late(cid, view)
         if expired is not None:

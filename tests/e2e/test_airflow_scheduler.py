@@ -3,8 +3,8 @@ project's ``dags/`` and the installed plugin, Tansu and SeaweedFS (S3).
 
 The story, in order (the tests share one Airflow and run top to bottom):
 1. scheduled epochs of ``wordcount_pipeline`` consume the input exactly once;
-2. a slow epoch passes the checkpoint timeout: the ``checkpoint_timeout`` sensor beside it
-   aborts it as EXPIRED at its deadline, its late ack is discarded, and the next epoch
+2. a slow epoch passes the checkpoint timeout: its own task aborts it as EXPIRED at its
+   deadline while the epoch still runs, its late ack is discarded, and the next epoch
    re-reads its range and succeeds;
 3. a savepoint with stop, triggered through the REST API v2 with the UI's conf, pauses
    the pipeline; a restore from it resumes it, and new input is counted exactly once; the
@@ -271,8 +271,8 @@ def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
     world.lines += more
     before = max(world.rows())
     # The next wordcount epoch sleeps 20 s past the timeout before its last ack (the hourly
-    # pipeline's epochs pass by). The checkpoint_timeout sensor beside it aborts it as
-    # EXPIRED at its deadline; the late ack is discarded and the epoch task fails.
+    # pipeline's epochs pass by). The epoch task's deadline watch aborts it as EXPIRED at
+    # its deadline, while the task sleeps; the late ack is discarded and the task fails.
     world.slow_flag.write_text(f"wordcount {TIMEOUT_S + 20}")
     # A manual run through the REST API, as the UI's Trigger button does.
     world.api.trigger("wordcount_pipeline", {})
@@ -283,8 +283,8 @@ def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
         world.airflow,
     )[0]
     assert not world.slow_flag.exists()
-    # Expired at its deadline by the sensor (polling every second), not when the slow job
-    # returns 20 s later: the abort record's time against trigger time + timeout.
+    # Expired at its deadline, not when the slow job returns 20 s later: the abort record's
+    # time against trigger time + timeout.
     chk = Layout("wordcount").chk(CheckpointId(expired["id"]))
     outcome = json.loads(world.store.get(chk + "_outcome").data)
     deadline = expired["trigger_time_ms"] + TIMEOUT_S * 1000
@@ -306,21 +306,19 @@ def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
     assert world.api.wait_run("wordcount_pipeline", run, 60) == "failed"
     states = world.api.task_states("wordcount_pipeline", run)
     assert states["process_epoch"] == "failed"
-    assert states["checkpoint_timeout"] == "failed"
+    assert "checkpoint_timeout" not in states  # no sensor beside the one-task epoch
     assert states["abort_on_failure"] == "success"
     # The source's ack came after the abort: discarded, so nothing but the protocol's
     # markers is left of the checkpoint (the abort deleted what was acked in time).
     left = {k.removeprefix(chk) for k in world.store.list(chk)}
     assert {n for n in left if not n.startswith("_attempt-")} == {"_pending", "_outcome"}
-    # The epoch task failed naming the expiry; so did the sensor (its trigger's log line).
+    # The epoch task logged the abort at the deadline, then failed naming the expiry.
     logs = world.airflow.home / "logs" / "dag_id=wordcount_pipeline" / f"run_id={run}"
+    text = "".join(p.read_text() for p in logs.glob("task_id=process_epoch/attempt=*.log"))
+    watch = f"checkpoint {expired['id']} of 'wordcount': its timeout ({TIMEOUT_S:g}s) passed"
     message = f"checkpoint {expired['id']} of 'wordcount' expired: not complete within"
-    for task in ("process_epoch", "checkpoint_timeout"):
-        text = "".join(p.read_text() for p in logs.glob(f"task_id={task}/attempt=*.log"))
-        assert message in text, (task, text[-2000:])
+    assert watch in text and message in text, text[-2000:]
     assert world.api.wait_run("wordcount_pipeline", after["labels"]["run_id"], 60) == "success"
-    next_states = world.api.task_states("wordcount_pipeline", after["labels"]["run_id"])
-    assert next_states["checkpoint_timeout"] == "success"
     counts = read_keyed_state(world.store, "wordcount", "word-counts")
     assert counts == dict(wordcount.expected(world.lines))
 
@@ -1283,8 +1281,7 @@ def test_a_misspelt_trigger_key_fails_the_first_task_and_writes_nothing(world: W
         # Only the first task and the clean-up tasks that run when one fails have run.
         assert ran == {first} | {
             "wordcount_savepoint": {"resume_on_failure"},
-            # The checkpoint timeout beside the epoch task found no checkpoint: skipped.
-            "wordcount_hourly_pipeline": {"abort_on_failure", "checkpoint_timeout"},
+            "wordcount_hourly_pipeline": {"abort_on_failure"},
         }.get(dag_id, set()), states
     # The savepoint run's clean-up found no stop of its own to undo.
     savepoint_run = runs[1][1]

@@ -3,8 +3,10 @@
 After a first checkpoint, run A of ``wordcount_pipeline`` triggers checkpoint 2 and is held
 in the middle of its read (the ``reading`` hold point) past the checkpoint timeout, as a task
 whose worker hangs. Run B, in a second Airflow (its own metadata database, the same
-checkpoint storage, as a scheduler that took over would be), finds checkpoint 2 expired,
-aborts it, and checkpoints the same range as checkpoint 3. Then A wakes up and finishes its
+checkpoint storage, as a scheduler that took over would be), finds checkpoint 2 expired
+(A's task aborted it at its deadline while its job was held; a task whose whole process
+hangs would not, and B's trigger aborts it then), and checkpoints the same range as
+checkpoint 3. Then A wakes up and finishes its
 epoch: its acks are discarded, it cannot complete, it publishes nothing. Exactly one run wins the range; the state, the sink's
 published files and the group offsets count every record once.
 """
@@ -93,7 +95,7 @@ def test_a_zombie_run_loses_to_the_run_that_expired_its_checkpoint(
     assert not run_a.is_alive()
     rows = {r["id"]: r for r in checkpoint_history(store, "wordcount")["checkpoints"]}
     seen = {c: (r["status"], r.get("reason"), r.get("ranges")) for c, r in rows.items()}
-    # B aborted the zombie's checkpoint as expired and took the same range as checkpoint 3.
+    # The zombie's checkpoint was aborted as expired; B took the same range as checkpoint 3.
     assert taker[0]["state"] == "success", (seen, taker)
     assert (rows[2]["status"], rows[2]["reason"]) == ("ABORTED", "EXPIRED"), seen
     second = {f"{topic}:0": [10, 20], f"{topic}:1": [10, 20]}

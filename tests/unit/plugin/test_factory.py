@@ -128,11 +128,9 @@ def test_roots_and_dag_ids() -> None:
 
 # Spark in the task (local, Connect): one task waits for min pause and max concurrent
 # (deferred while they do not hold), triggers, runs the epoch, completes and notifies
-# (notify enforces retention).
+# (notify enforces retention); it enforces the checkpoint timeout itself.
 CHAIN = {
     "process_epoch": ([], ["abort_on_failure", "done"]),
-    # Beside the epoch: the checkpoint timeout, in the triggerer.
-    "checkpoint_timeout": ([], []),
     "abort_on_failure": (["process_epoch"], []),
     # The run's outcome: a failed epoch leaves it upstream_failed, so the run fails.
     "done": (["process_epoch"], []),
@@ -189,19 +187,9 @@ def test_pipeline_dag_chain_with_one_checkpoint_in_flight() -> None:
     assert (process.trigger, process.gate, process.checkpoint_id) == (True, True, None)
     assert dag.get_task("abort_on_failure").checkpoint_id == CID_IN_EPOCH
     assert (process.retries, process.retry_delay) == (3, timedelta(seconds=5))
-    # The timeout sensor starts and ends in the triggerer; its kwargs carry no secret, and
-    # its wait covers the epoch task's four tries before a barrier, 4 * (120 + 65) + 60 s,
-    # and the gate's wait: min pause (0) and one other checkpoint's timeout (120 s).
-    sensor = dag.get_task("checkpoint_timeout")
-    assert (sensor.start_from_trigger, sensor.timeout) == (True, 920.0)
-    assert sensor.start_trigger_args.trigger_kwargs == {
-        "config": make_spec().config_mapping,
-        "storage_conn_id": "microcheckpoint_storage",
-        "id_task": "process_epoch",
-        "id_key": "checkpoint_id",
-        "poll_interval": 1.0,
-    }
-    assert sensor.start_trigger_args.timeout == timedelta(seconds=920)
+    # The task enforces the checkpoint timeout itself (``DeadlineWatch``): no sensor beside
+    # it, so the run ends with the epoch task.
+    assert "checkpoint_timeout" not in dag.task_ids
 
 
 def test_spark_submit_epochs_await_acks_then_complete_and_notify() -> None:
@@ -486,7 +474,7 @@ def test_a_stage_waits_deferred_for_aligned_inputs_before_its_epoch() -> None:
         graph = edges(dag)
         after = ["trigger_checkpoint"]
         if not isinstance(spark, SparkSubmit):
-            after = ["checkpoint_timeout", "process_epoch"]
+            after = ["process_epoch"]
         assert graph["wait_aligned"] == (["wait_max_concurrent"], after)
         sensor = dag.get_task("wait_aligned")
         assert type(sensor).__name__ == "AlignmentSensor" and sensor.deferrable
