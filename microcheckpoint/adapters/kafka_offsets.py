@@ -487,6 +487,8 @@ class KafkaOffsets:
 
         The commit is a standalone (generation-less) commit, as Kafka allows for manually
         assigned consumers; it fails if the group has live members. Tansu drops ``metadata``.
+        It goes through this object's admin client (an OffsetCommit to the group's
+        coordinator), so a client already connected commits without a new bootstrap.
         """
         if not offsets:
             return
@@ -497,15 +499,24 @@ class KafkaOffsets:
                 f"group {group_id!r}: offsets to commit must be >= 0, got {bad}; pass the next "
                 "offset to read"
             )
-        committer = self._consumer(group_id=group_id)
-        try:
-            with self._errors(f"committing offsets of group {group_id!r}"):
-                committer.assign([_k(tp) for tp in offsets])
-                committer.commit(
-                    {_k(tp): OffsetAndMetadata(off, metadata, -1) for tp, off in offsets.items()}
-                )
-        finally:
-            committer.close(autocommit=False)
+        admin = self._admin_client()
+        what = f"committing offsets of group {group_id!r}"
+        with self._errors(what):
+            answers = admin.alter_group_offsets(
+                group_id,
+                {_k(tp): OffsetAndMetadata(off, metadata, -1) for tp, off in offsets.items()},
+            )
+        failed = {
+            f"{tp.topic}:{tp.partition}": error.__name__
+            for tp, error in answers.items()
+            if error is not kerr.NoError
+        }
+        if failed:
+            raise KafkaSourceError(
+                f"Kafka at {self.bootstrap_servers!r} refused {what}: {failed}; a group with "
+                "live members cannot take a standalone commit: stop its consumers, or give "
+                "the pipeline its own group_id"
+            )
 
     def committed_group_offsets(
         self, group_id: str, tps: Iterable[TopicPartition]

@@ -168,6 +168,33 @@ def test_group_offsets_commit_and_read_back(offsets: KafkaOffsets) -> None:
     assert offsets.committed_group_offsets(other, tps) == dict.fromkeys(tps, None)
 
 
+def test_a_group_with_a_live_member_refuses_the_commit_naming_the_way_out(
+    offsets: KafkaOffsets, bootstrap: str
+) -> None:
+    topic, group = _topic(), f"group-{uuid.uuid4().hex[:8]}"
+    offsets.create_topic(topic, 1)
+    tp = TopicPartition(topic, 0)
+    member = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    try:
+        # Once the consumer has joined (its polls drive the join), a standalone commit is
+        # refused; until then the broker may take it.
+        deadline = time.monotonic() + 30
+        while True:
+            member.poll(100)
+            try:
+                offsets.commit_group_offsets(group, {tp: 1})
+            except KafkaSourceError as exc:
+                refused = str(exc)
+                break
+            assert time.monotonic() < deadline, "the live member's group took every commit"
+    finally:
+        member.close(autocommit=False)
+    assert f"refused committing offsets of group {group!r}: {{'{topic}:0': " in refused
+    assert "stop its consumers, or give the pipeline its own group_id" in refused
+
+
 def test_missing_topic_or_partition_raises_naming_it(offsets: KafkaOffsets) -> None:
     missing = _topic()
     tp = TopicPartition(missing, 0)
