@@ -62,6 +62,7 @@ from microcheckpoint_airflow.run_conf import refuse_unknown_conf
 from microcheckpoint_airflow.spec import PipelineSpec
 
 if TYPE_CHECKING:
+    from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
     from microcheckpoint.engine.sinkstage import SinkPublisher
 
 __all__ = [
@@ -175,11 +176,13 @@ def trigger_checkpoint(
     pipeline: Any,
     aligned_waited_s: float | None = None,
     begin: bool = False,
+    kafka: KafkaOffsets | None = None,
 ) -> CheckpointId:
     """Recover, then allocate the next checkpoint of ``pipeline`` and write its barrier;
     returns its id. ``aligned_waited_s``: how long a stage waited for its inputs' markers
     (default: until now). ``begin``: this task processes the epoch next with ``coord``
-    (``start_epoch``'s ``begin``).
+    (``start_epoch``'s ``begin``). ``kafka``: the task's Kafka client, left open (default:
+    one of its own, closed after the barrier).
 
     Skips the task (``AirflowSkipException``) while the pipeline is suspended; a refusal of
     the core fails it without retries.
@@ -188,8 +191,8 @@ def trigger_checkpoint(
     from microcheckpoint.engine.sinkstage import sink_publisher
     from microcheckpoint.engine.sources import source_offsets
 
-    with KafkaHook(task.spec.kafka_conn_id).get_offsets() as kafka:
-        offsets = source_offsets(pipeline.source, kafka, task.store_options())
+    with _kafka(task, kafka) as client:
+        offsets = source_offsets(pipeline.source, client, task.store_options())
         try:
             start = start_epoch(
                 coord,
@@ -331,15 +334,20 @@ class LocalEpochOperator(PipelineOperator):
         stage's alignment wait is taken before them); 2. trigger (``trigger=True``) or the
         id of the run's trigger task; 3. process, complete and notify; 4. stop the session
         (a failure to stop is logged: it must not hide the epoch's own outcome).
+
+        One Kafka client serves the trigger's offsets, notify's group commit and the replay
+        warnings: it connects once per task, not once per step.
         """
         coord = coord or self.coordinator()
         pipeline = self.load_pipeline()
         # Step 1
         waited = _aligned_waited(context) if self.trigger else None
-        bootstrap = KafkaHook(self.spec.kafka_conn_id).bootstrap_servers()
+        hook = KafkaHook(self.spec.kafka_conn_id)
+        bootstrap = hook.bootstrap_servers()
         spark = self.session()
         try:
-            return self._epoch(context, coord, pipeline, spark, bootstrap, waited)
+            with hook.get_offsets() as kafka:
+                return self._epoch(context, coord, pipeline, spark, bootstrap, waited, kafka)
         finally:
             # Step 4
             try:
@@ -355,16 +363,17 @@ class LocalEpochOperator(PipelineOperator):
         spark: Any,
         bootstrap: str,
         waited: float | None,
+        kafka: KafkaOffsets,
     ) -> dict[str, Any]:
         """Steps 2 and 3 of ``run``: once the barrier is placed, a failure fails the task."""
         if not self.trigger:
-            return self.process(self.cid(), coord, pipeline, spark, bootstrap)  # type: ignore[arg-type]
+            return self.process(self.cid(), coord, pipeline, spark, bootstrap, kafka)  # type: ignore[arg-type]
         cid = trigger_checkpoint(
-            self, context, coord, pipeline, aligned_waited_s=waited, begin=True
+            self, context, coord, pipeline, aligned_waited_s=waited, begin=True, kafka=kafka
         )
         context["ti"].xcom_push(key="checkpoint_id", value=cid.value)
         try:
-            return self.process(cid, coord, pipeline, spark, bootstrap)
+            return self.process(cid, coord, pipeline, spark, bootstrap, kafka)
         except (AirflowFailException, AirflowSkipException):
             raise
         except (Exception, AirflowTaskTimeout) as exc:  # the timeout is a BaseException
@@ -379,8 +388,10 @@ class LocalEpochOperator(PipelineOperator):
         pipeline: Any,
         spark: Any,
         bootstrap: str,
+        kafka: KafkaOffsets | None = None,
     ) -> dict[str, Any]:
-        """Run epoch ``cid`` in Spark, then complete and notify it; the XCom of the task."""
+        """Run epoch ``cid`` in Spark, then complete and notify it; the XCom of the task.
+        ``kafka``: the task's Kafka client (default: notify and the warnings open their own)."""
         from microcheckpoint.engine.runner import run_epoch
         from microcheckpoint.engine.sinkstage import sink_publisher
 
@@ -411,9 +422,9 @@ class LocalEpochOperator(PipelineOperator):
             # The publish's first reads go beside the claim.
             prepare = None if publish is None else partial(publish.prepare, plan)
             completed = _complete(coord, result.checkpoint_id, then_notify=True, on_acked=prepare)
-        _notify(self, coord, pipeline, result.checkpoint_id, publish)
+        _notify(self, coord, pipeline, result.checkpoint_id, publish, kafka)
         try:
-            warn_replayability(self, coord)
+            warn_replayability(self, coord, kafka)
         except Exception as exc:  # the checkpoint is committed: a warning must not fail it
             self.log.warning("replayability check did not run: %s", exc)
         return {"attempt": result.attempt, **completed}
@@ -530,16 +541,29 @@ def _notify(
     pipeline: Any,
     cid: CheckpointId,
     publish: SinkPublisher | None = None,
+    kafka: KafkaOffsets | None = None,
 ) -> None:
     """notifyCheckpointComplete of ``cid``: sinks publish, group offsets move (idempotent).
-    ``publish``: the pipeline's publisher, when the caller made it (default: a new one)."""
+    ``publish``: the pipeline's publisher, when the caller made it (default: a new one).
+    ``kafka``: the task's Kafka client, left open (default: one of its own)."""
     from microcheckpoint.engine.sinkstage import sink_publisher
     from microcheckpoint.engine.sources import source_offsets
 
     publish = publish or sink_publisher(pipeline, coord.store, coord.config.mode)
-    with KafkaHook(task.spec.kafka_conn_id).get_offsets() as kafka:
-        offsets = source_offsets(pipeline.source, kafka, task.store_options())
+    with _kafka(task, kafka) as client:
+        offsets = source_offsets(pipeline.source, client, task.store_options())
         coord.notify(cid, group_committer(offsets, coord.config), publish)
+
+
+@contextmanager
+def _kafka(task: PipelineOperator, kafka: KafkaOffsets | None) -> Iterator[KafkaOffsets]:
+    """``kafka`` as it is (its owner closes it), else a client of the task's Kafka
+    connection, closed on leaving."""
+    if kafka is not None:
+        yield kafka
+        return
+    with KafkaHook(task.spec.kafka_conn_id).get_offsets() as own:
+        yield own
 
 
 class CompleteCheckpointOperator(PipelineOperator):
@@ -578,17 +602,23 @@ class RetentionOperator(PipelineOperator):
         return kept
 
 
-def warn_replayability(task: PipelineOperator, coord: CheckpointCoordinator) -> None:
-    """Log the replay warnings of the pipeline's retained points (see docs/operations.md)."""
+def warn_replayability(
+    task: PipelineOperator, coord: CheckpointCoordinator, kafka: KafkaOffsets | None = None
+) -> None:
+    """Log the replay warnings of the pipeline's retained points (see docs/operations.md).
+    ``kafka``: the task's Kafka client, left open (default: one of its own)."""
     from microcheckpoint.adapters.kafka_replay import replay_warnings
     from microcheckpoint.protocol.replay import kafka_positions, retained_points
 
     pipeline = coord.config.pipeline
-    if not kafka_positions(retained_points(coord.store, pipeline)):
+    if kafka is None and not kafka_positions(retained_points(coord.store, pipeline)):
         return  # nothing read from Kafka: no Kafka connection needed
     try:
-        bootstrap = KafkaHook(task.spec.kafka_conn_id).bootstrap_servers()
-        warnings = replay_warnings(coord.store, pipeline, bootstrap)
+        if kafka is None:
+            bootstrap = KafkaHook(task.spec.kafka_conn_id).bootstrap_servers()
+        else:
+            bootstrap = kafka.bootstrap_servers
+        warnings = replay_warnings(coord.store, pipeline, bootstrap, kafka=kafka)
     except MicrocheckpointError as exc:
         task.log.warning("replayability check did not run: %s", exc)
         return

@@ -69,9 +69,12 @@ def replay_warnings(
     now_ms: int | None = None,
     horizon_ms: int = DEFAULT_HORIZON_MS,
     request_timeout_ms: int = 10_000,
+    kafka: KafkaOffsets | None = None,
 ) -> list[dict[str, Any]]:
     """Warnings for every retained checkpoint and savepoint of ``pipeline`` whose offsets
     Kafka deleted (``severity`` ``lost``) or deletes within ``horizon_ms`` (``soon``).
+    ``kafka``: a client already open, to ask instead of connecting to ``bootstrap`` (its
+    owner closes it; ``request_timeout_ms`` is then its own).
 
     Each warning is a JSON-able dict (``ReplayWarning.to_dict``): ``point`` (checkpoint id
     or savepoint URL), ``kind``, ``partition`` (``topic:p``), ``offset``, ``log_start``,
@@ -87,6 +90,8 @@ def replay_warnings(
     points = retained_points(store, pipeline)
     if not kafka_positions(points):
         return []
-    with KafkaOffsets(bootstrap, request_timeout_ms=request_timeout_ms) as kafka:
-        warnings = assess(kafka, points, now_ms, horizon_ms)
+    if kafka is not None:
+        return [w.to_dict() for w in assess(kafka, points, now_ms, horizon_ms)]
+    with KafkaOffsets(bootstrap, request_timeout_ms=request_timeout_ms) as own:
+        warnings = assess(own, points, now_ms, horizon_ms)
     return [w.to_dict() for w in warnings]

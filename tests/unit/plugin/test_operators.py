@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -831,16 +833,24 @@ def test_an_epoch_failure_after_the_barrier_fails_the_task_even_if_stop_fails(
             order.append("bootstrap")
             return "127.0.0.1:1"
 
+        @contextmanager
+        def get_offsets(self) -> Iterator[str]:
+            order.append("kafka")
+            try:
+                yield "the task's Kafka client"
+            finally:
+                order.append("kafka closed")
+
     def session() -> Session:
         order.append("session")
         return Session()
 
-    def trigger(*_: Any, **__: Any) -> CheckpointId:
-        order.append("trigger")
+    def trigger(*_: Any, kafka: Any, **__: Any) -> CheckpointId:
+        order.append(f"trigger with {kafka}")
         return CheckpointId(7)
 
-    def process(*_: Any) -> None:
-        order.append("process")
+    def process(*args: Any) -> None:
+        order.append(f"process with {args[-1]}")
         raise ValueError("bad row 3")
 
     task = LocalEpochOperator(task_id="process_epoch", spec=env.spec(), trigger=True)
@@ -851,8 +861,17 @@ def test_an_epoch_failure_after_the_barrier_fails_the_task_even_if_stop_fails(
     ti = _TaskInstance()
     with pytest.raises(AirflowFailException, match=r"^checkpoint 7: ValueError: bad row 3$"):
         task.run({**CONTEXT, "ti": ti})
-    # The session before the barrier, stopped last; the id went to XCom at once.
-    assert order == ["bootstrap", "session", "trigger", "process", "stop"]
+    # The session before the barrier, stopped last; one Kafka client for the trigger and
+    # the epoch, closed before the session stops; the id went to XCom at once.
+    assert order == [
+        "bootstrap",
+        "session",
+        "kafka",
+        "trigger with the task's Kafka client",
+        "process with the task's Kafka client",
+        "kafka closed",
+        "stop",
+    ]
     assert ti.pushed == {"checkpoint_id": 7}
 
 
