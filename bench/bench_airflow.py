@@ -6,8 +6,9 @@ Airflow (PostgreSQL metadata database, LocalExecutor), then ``--runs`` times: pr
 lines of the word count example, triggers ``wordcount_pipeline`` through the REST API and
 waits for the run. Measured per checkpoint, from storage: trigger → completed (the global
 ack) and trigger → notified (sinks published, offsets committed); and from Airflow: the DAG
-run's wall time and the time spent inside its tasks (the rest is scheduling and task start),
-and each task's timeline (queued, started, ended: seconds after the trigger request).
+run's wall time, the run's end after its epoch task's (the scheduler's part), the time spent
+inside its tasks (the rest is scheduling and task start), and each task's timeline (queued,
+started, ended: seconds after the trigger request).
 The first run of each mode is a warm-up and is left out.
 
 Run: ``.venv/bin/python -m bench.bench_airflow``; ``run`` returns the figures for
@@ -130,14 +131,18 @@ def measure(mode: str, runs: int, idle_sleep: float = 0.25) -> dict[str, Any]:
                     raise SystemExit(f"{mode}: run {run_id} ended {state}; logs in {root}")
                 cid = checkpoint_history(store, "wordcount")["latest_completed"]
                 completed, notified = _checkpoint_times(store, cid)
+                tasks = _timeline(api, run_id, t0)
                 rows.append(
                     {
                         "checkpoint": cid,
                         "trigger_to_completed_s": round(completed, 2),
                         "trigger_to_notified_s": round(notified, 2),
                         "dag_run_wall_s": round(wall, 2),
+                        # The scheduler's part after the epoch: the run's end after its
+                        # epoch task's.
+                        "run_end_after_epoch_task_s": round(wall - tasks["process_epoch"][2], 2),
                         "inside_tasks_s": round(_inside_tasks(api, run_id), 2),
-                        "tasks": _timeline(api, run_id, t0),
+                        "tasks": tasks,
                     }
                 )
                 print(f"  {mode}: {rows[-1]}", flush=True)
