@@ -875,6 +875,43 @@ def test_an_epoch_failure_after_the_barrier_fails_the_task_even_if_stop_fails(
     assert ti.pushed == {"checkpoint_id": 7}
 
 
+@pytest.mark.parametrize("dies_after_deadline", [True, False], ids=["after", "before"])
+def test_a_job_that_fails_after_its_checkpoint_expired_fails_the_task_naming_the_expiry(
+    env: Env, monkeypatch: pytest.MonkeyPatch, dies_after_deadline: bool
+) -> None:
+    """The task's own deadline watch aborts the checkpoint at its deadline while the job
+    runs; a job failing after that names the expiry, one failing before names its cause."""
+    from microcheckpoint.engine import runner
+    from microcheckpoint_airflow.operators import LocalEpochOperator
+
+    # Before: a timeout no busy machine reaches while the job fails at once.
+    spec = env.spec(timeout="0.3s" if dies_after_deadline else "60s")
+    coord = env.coordinator(spec)
+    cid = env.trigger(coord, {TP0: 10})
+
+    def job(*_: Any, **__: Any) -> None:
+        if dies_after_deadline:
+            time.sleep(1.0)
+        raise RuntimeError("the executors were lost")
+
+    monkeypatch.setattr(runner, "run_epoch", job)
+    task = LocalEpochOperator(task_id="process_epoch", spec=spec)
+    started = time.time()
+    if dies_after_deadline:
+        with pytest.raises(AirflowFailException, match=r"^checkpoint 1 of 'pipe' expired: "):
+            task.process(cid, coord, task.load_pipeline(), None, "127.0.0.1:1")
+        # Aborted at its deadline, while the job still ran.
+        aborted = outcome(env, cid)
+        assert (aborted["outcome"], aborted["reason"]) == ("ABORTED", "EXPIRED")  # type: ignore[index]
+        trigger_ms = coord.view().pending_record(cid).trigger_time_ms
+        assert trigger_ms + 300 < aborted["at_ms"] < started * 1000 + 1000  # type: ignore[index]
+    else:
+        with pytest.raises(RuntimeError, match="the executors were lost"):
+            task.process(cid, coord, task.load_pipeline(), None, "127.0.0.1:1")
+        assert outcome(env, cid) is None  # left to abort_on_failure
+    assert time.time() - started < 5  # the watch stopped with the task's step
+
+
 # ---- LocalEpochOperator: the gate (min pause and max concurrent) -----------------------------
 
 
