@@ -126,8 +126,16 @@ class KafkaHook(BaseHook):
     def __init__(self, kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID) -> None:
         super().__init__()
         self.kafka_conn_id = kafka_conn_id
+        self._servers: str | None = None
 
     def bootstrap_servers(self) -> str:
+        """The connection's bootstrap servers, looked up once per hook (``get_offsets``
+        after it asks no second time)."""
+        if self._servers is None:
+            self._servers = self._lookup_servers()
+        return self._servers
+
+    def _lookup_servers(self) -> str:
         conn = _connection(self.kafka_conn_id)
         if conn is not None:
             servers = conn.extra_dejson.get("bootstrap.servers") or conn.extra_dejson.get(
