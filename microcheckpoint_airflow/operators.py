@@ -17,7 +17,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +45,6 @@ from microcheckpoint.ops import (
     take_savepoint,
 )
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
-from microcheckpoint.protocol.deadline import DeadlineWatch
 from microcheckpoint.protocol.decider import Verdict
 from microcheckpoint.protocol.layout import Layout
 from microcheckpoint.protocol.records import EventKind
@@ -64,6 +62,7 @@ from microcheckpoint_airflow.spec import PipelineSpec
 if TYPE_CHECKING:
     from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
     from microcheckpoint.engine.sinkstage import SinkPublisher
+    from microcheckpoint.protocol.records import CheckpointMetadata
 
 __all__ = [
     "AbortCheckpointOperator",
@@ -392,42 +391,29 @@ class LocalEpochOperator(PipelineOperator):
     ) -> dict[str, Any]:
         """Run epoch ``cid`` in Spark, then complete and notify it; the XCom of the task.
         ``kafka``: the task's Kafka client (default: notify and the warnings open their own)."""
-        from microcheckpoint.engine.runner import run_epoch
+        from microcheckpoint.engine.cycle import process_checkpoint
         from microcheckpoint.engine.sinkstage import sink_publisher
 
-        plan = coord.plan(cid)
         publish = sink_publisher(pipeline, coord.store, coord.config.mode)
-        # The checkpoint timeout, in this process: aborted as EXPIRED at its deadline,
-        # whatever the job is doing, until the global ack decides it.
-        with DeadlineWatch(coord, cid, plan.trigger_time_ms) as deadline:
-            try:
-                result = run_epoch(
-                    spark,
-                    pipeline,
-                    plan,
-                    coord.store,
-                    bootstrap=bootstrap,
-                    store_options=self.store_options(),
-                )
-            except Exception as exc:
-                if deadline.expired is not None:  # the cause, rather than what followed it
-                    raise AirflowFailException(str(deadline.expired)) from exc
-                raise
-            self.log.info(
-                "checkpoint %s attempt %s: %d records processed, every task acked",
-                result.checkpoint_id,
-                result.attempt,
-                result.records,
+        try:
+            result = process_checkpoint(
+                spark,
+                pipeline,
+                coord,
+                cid,
+                publish,
+                bootstrap=bootstrap,
+                store_options=self.store_options(),
             )
-            # The publish's first reads go beside the claim.
-            prepare = None if publish is None else partial(publish.prepare, plan)
-            completed = _complete(coord, result.checkpoint_id, then_notify=True, on_acked=prepare)
-        _notify(self, coord, pipeline, result.checkpoint_id, publish, kafka)
+        except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
+            raise AirflowFailException(str(exc)) from exc
+        completed = _completed(coord, result.metadata)  # type: ignore[arg-type]
+        _notify(self, coord, pipeline, cid, publish, kafka)
         try:
             warn_replayability(self, coord, kafka)
         except Exception as exc:  # the checkpoint is committed: a warning must not fail it
             self.log.warning("replayability check did not run: %s", exc)
-        return {"attempt": result.attempt, **completed}
+        return completed
 
 
 class ConnectEpochOperator(LocalEpochOperator):
@@ -522,6 +508,11 @@ def _complete(
         meta = complete_checkpoint(coord, cid, then_notify=then_notify, on_acked=on_acked)
     except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
         raise AirflowFailException(str(exc)) from exc
+    return _completed(coord, meta)
+
+
+def _completed(coord: CheckpointCoordinator, meta: CheckpointMetadata) -> dict[str, Any]:
+    """The metrics of completed checkpoint ``meta``, and its XCom."""
     metrics.checkpoint_completed(coord.config.pipeline, meta.statistics, meta.barrier.record_count)
     metrics.first_checkpoint_after_restore(
         coord.config.pipeline, lambda: first_checkpoint_after(coord.store, coord.layout, meta)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import uuid
 from collections import Counter
@@ -18,16 +19,23 @@ import pytest
 from kafka import KafkaProducer
 from pyspark.sql import functions as F
 
+from harness.faults import Hold
 from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
 from microcheckpoint.adapters.s3 import S3Store
 from microcheckpoint.config import CheckpointConfig
 from microcheckpoint.engine import KafkaSource, KeyedOperator, Pipeline, running_sum
 from microcheckpoint.engine.cycle import run_cycle
 from microcheckpoint.engine.runner import EpochResult, expected_tasks, read_columns, run_epoch
-from microcheckpoint.errors import CheckpointNotFound, ConfigError, KafkaSourceError
+from microcheckpoint.errors import (
+    CheckpointExpired,
+    CheckpointNotFound,
+    ConfigError,
+    KafkaSourceError,
+)
 from microcheckpoint.ids import CheckpointId, TopicPartition
 from microcheckpoint.protocol.coordinator import CheckpointCoordinator
 from microcheckpoint.protocol.layout import Layout
+from microcheckpoint.protocol.records.checkpoint import AbortReason
 from microcheckpoint.protocol.savepoints import (
     ClaimMode,
     choose_restore,
@@ -265,6 +273,59 @@ def test_per_key_sequence_numbers_have_no_gaps_and_exact_counts(spark, kafka_boo
     assert state == _seq_fold(produced)
     assert read_keyed_state(store, name, "seq-check", CheckpointId(4)) == state
     assert _state_files(store, name, 5) == {}
+
+
+def test_a_local_cycle_expires_its_checkpoint_at_the_deadline_while_the_job_runs(
+    spark, kafka_bootstrap, tmp_path, monkeypatch
+):
+    """``run_cycle`` enforces the checkpoint timeout while its job runs (``DeadlineWatch``):
+    the checkpoint is aborted as EXPIRED while the job is still held mid-read, the cycle
+    then fails naming the expiry, and the next cycle re-reads the range exactly once."""
+    topic = _topic(kafka_bootstrap, 2)
+    keys = [f"key-{i:02d}" for i in range(8)]
+    produced = _produce(kafka_bootstrap, topic, _seq_records(keys, 2, 1, 5))
+    name = _name("seq-timeout")
+    store = FileStore(f"file://{tmp_path}/chk")
+    pipeline = _seq_pipeline(name, topic)
+    config = _config(store, name, timeout=600, tolerable_failures=1, retained=3)
+    _cycles(spark, pipeline, config, store, kafka_bootstrap, 2, 1)
+    produced += _produce(kafka_bootstrap, topic, _seq_records(keys, 2, 6, 9))
+    hold = Hold(tmp_path / "hold", "reading")
+    for env_name, value in hold.env.items():
+        monkeypatch.setenv(env_name, value)
+    short = _config(store, name, timeout=2, tolerable_failures=1, retained=3)
+    coordinator = CheckpointCoordinator(store, short)
+    failed: list[BaseException] = []
+
+    def cycle() -> None:
+        try:
+            _cycles(spark, pipeline, short, store, kafka_bootstrap, 2, 1)
+        except BaseException as exc:
+            failed.append(exc)
+
+    job = threading.Thread(target=cycle, daemon=True)
+    job.start()
+    try:
+        hold.wait_reached(120, alive=job.is_alive)
+        deadline = time.monotonic() + 60
+        while (outcome := coordinator.view().records[CheckpointId(2)].outcome) is None:
+            assert time.monotonic() < deadline, "checkpoint 2 was not aborted at its deadline"
+            time.sleep(0.1)
+        assert hold.reached, "the job went on before the abort"  # aborted while it ran
+    finally:
+        hold.release()
+        monkeypatch.delenv(next(iter(hold.env)))
+        job.join(120)
+    assert outcome.reason is AbortReason.EXPIRED, outcome
+    assert outcome.at_ms >= coordinator.view().trigger_time_ms(CheckpointId(2)) + 2000
+    assert len(failed) == 1 and isinstance(failed[0], CheckpointExpired), failed
+    assert str(failed[0]).startswith(f"checkpoint 2 of {name!r} expired: "), failed[0]
+    # The acks sent after the abort changed nothing; the next cycle reads the range again.
+    (result,) = _cycles(spark, pipeline, config, store, kafka_bootstrap, 2, 1)
+    assert (result.checkpoint_id.value, result.records) == (3, 32)
+    assert [c.value for c in coordinator.view().completed] == [1, 3]
+    assert _offsets(result) == {0: 36, 1: 36}
+    assert read_keyed_state(store, name, "seq-check") == _seq_fold(produced)
 
 
 def _max_fn():

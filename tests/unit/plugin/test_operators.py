@@ -881,7 +881,7 @@ def test_a_job_that_fails_after_its_checkpoint_expired_fails_the_task_naming_the
 ) -> None:
     """The task's own deadline watch aborts the checkpoint at its deadline while the job
     runs; a job failing after that names the expiry, one failing before names its cause."""
-    from microcheckpoint.engine import runner
+    from microcheckpoint.engine import cycle
     from microcheckpoint_airflow.operators import LocalEpochOperator
 
     # Before: a timeout no busy machine reaches while the job fails at once.
@@ -894,7 +894,7 @@ def test_a_job_that_fails_after_its_checkpoint_expired_fails_the_task_naming_the
             time.sleep(1.0)
         raise RuntimeError("the executors were lost")
 
-    monkeypatch.setattr(runner, "run_epoch", job)
+    monkeypatch.setattr(cycle, "run_epoch", job)
     task = LocalEpochOperator(task_id="process_epoch", spec=spec)
     started = time.time()
     if dies_after_deadline:
