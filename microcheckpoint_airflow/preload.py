@@ -9,9 +9,11 @@ are loaded once and shared. Call ``preload()`` from ``airflow_local_settings.py`
     from microcheckpoint_airflow.preload import preload
     preload()
 
-Nothing here connects or starts a Python thread. Importing pyarrow (the Connect client needs
-it) starts jemalloc's background thread, a native one; jemalloc's fork handlers make a fork
-after it safe, as for any ``multiprocessing`` pool forked after ``import pyarrow``. It is the
+botocore's S3 model and endpoint rules are parsed here too (``adapters.s3.load_models``:
+about 80 ms of a task's first S3 client). Nothing here connects or starts a Python thread.
+Importing pyarrow (the Connect client needs it) starts jemalloc's background thread, a
+native one; jemalloc's fork handlers make a fork after it safe, as for any
+``multiprocessing`` pool forked after ``import pyarrow``. It is the
 same idea as Airflow's own ``[dag_processor] parsing_pre_import_modules``, for tasks.
 """
 
@@ -41,8 +43,9 @@ MODULES = (
 
 
 def preload(modules: tuple[str, ...] = MODULES) -> list[str]:
-    """Import ``modules``; returns those that could not be imported (logged, not raised: a
-    missing optional package must not stop Airflow from starting)."""
+    """Import ``modules``, then load botocore's S3 model (``adapters.s3.load_models``);
+    returns the modules that could not be imported (logged, not raised: a missing optional
+    package must not stop Airflow from starting)."""
     missing = []
     for name in modules:
         try:
@@ -50,4 +53,11 @@ def preload(modules: tuple[str, ...] = MODULES) -> list[str]:
         except Exception as exc:  # an optional edge package may be absent
             log.warning("microcheckpoint preload: cannot import %s: %s", name, exc)
             missing.append(name)
+    if "microcheckpoint.adapters.s3" in modules and "microcheckpoint.adapters.s3" not in missing:
+        from microcheckpoint.adapters.s3 import load_models
+
+        try:
+            load_models()
+        except Exception as exc:  # a task then parses the model itself
+            log.warning("microcheckpoint preload: cannot load the S3 model: %s", exc)
     return missing
