@@ -188,12 +188,20 @@ def _epoch_tasks(spec: PipelineSpec, spark: Spark, epoch: dict[str, Any]) -> tup
         # Spark runs in the task: its acks are in when the job returns, so the task
         # completes and notifies the checkpoint itself, and notify enforces retention
         # (one task start, not five).
+        # The epoch task skips its followers when it succeeds: the scheduler then ends the
+        # run in the loop that sees the task end (it marks them in that loop otherwise, and
+        # ends the run in the next).
+        followers = ("done", "abort_on_failure")
         if isinstance(spark, SparkConnect):
-            process = ConnectEpochOperator(conn_id=spark.conn_id, outlets=outlets, **epoch)
+            process = ConnectEpochOperator(
+                conn_id=spark.conn_id, outlets=outlets, skip_on_success=followers, **epoch
+            )
         else:
-            process = LocalEpochOperator(master=spark.master, outlets=outlets, **epoch)
+            process = LocalEpochOperator(
+                master=spark.master, outlets=outlets, skip_on_success=followers, **epoch
+            )
         # A leaf after the epoch, so that a failed epoch fails the run (a run's state is its
-        # leaves'). An EmptyOperator: the scheduler marks it, no worker starts.
+        # leaves'): upstream_failed then. An EmptyOperator: no worker starts for it.
         process >> EmptyOperator(task_id="done")
         return process, [process]
     process = EpochSparkSubmitOperator(

@@ -267,6 +267,12 @@ class LocalEpochOperator(PipelineOperator):
 
     After notifying, the task logs the replay warnings of the retained points
     (``warn_replayability``); retention itself ran in notify.
+
+    ``skip_on_success``: downstream task ids this task marks skipped when it succeeds (its
+    XCom pushed first), as Airflow's short-circuit operators do. The pipeline DAG names its
+    ``done`` and ``abort_on_failure``: the scheduler then finds the run's every task
+    finished in the loop that sees the epoch task end, instead of marking them in that loop
+    and ending the run one loop later.
     """
 
     def __init__(
@@ -275,12 +281,14 @@ class LocalEpochOperator(PipelineOperator):
         master: str = "local[2]",
         trigger: bool = False,
         gate: bool = False,
+        skip_on_success: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.master = master
         self.trigger = trigger
         self.gate = gate
+        self.skip_on_success = tuple(skip_on_success)
 
     def session(self) -> Any:
         from microcheckpoint.engine.spark import local_spark
@@ -306,7 +314,7 @@ class LocalEpochOperator(PipelineOperator):
                     method_name="execute_after_gate",
                 )
             self._end_of_gate(check)
-        return self.run(context, coord)
+        return self._succeeded(context, self.run(context, coord))
 
     def execute_after_gate(
         self, context: Any, event: dict[str, Any] | None = None
@@ -317,7 +325,17 @@ class LocalEpochOperator(PipelineOperator):
         if event is None:
             raise AirflowFailException(f"{GATE_LABEL}: the trigger ended without an answer")
         self._end_of_gate(Check.from_event(event))
-        return self.run(context)
+        return self._succeeded(context, self.run(context))
+
+    def _succeeded(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
+        """``result``, the task's XCom; with ``skip_on_success``, pushed here and those
+        tasks skipped (Airflow's task runner skips them, then marks this task success)."""
+        if not self.skip_on_success:
+            return result
+        from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+        context["ti"].xcom_push(key="return_value", value=result)
+        raise DownstreamTasksSkipped(tasks=list(self.skip_on_success))
 
     def _end_of_gate(self, check: Any) -> None:
         from microcheckpoint_airflow.sensors import end_of_check

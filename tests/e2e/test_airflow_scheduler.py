@@ -263,6 +263,14 @@ def test_scheduled_epochs_consume_the_input_exactly_once(world: World):
     # Every checkpoint names the Airflow run that triggered it, and that run succeeded.
     run_id = first["labels"]["run_id"]
     assert world.api.wait_run("wordcount_pipeline", run_id, 120) == "success"
+    # The epoch task skipped its followers when it succeeded, its XCom pushed first.
+    assert world.api.task_states("wordcount_pipeline", run_id) == {
+        "process_epoch": "success",
+        "done": "skipped",
+        "abort_on_failure": "skipped",
+    }
+    xcom = world.api.xcom("wordcount_pipeline", run_id, "process_epoch")
+    assert (xcom["checkpoint"], xcom["records"]) == (first["id"], 120), xcom
 
 
 def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
@@ -308,6 +316,7 @@ def test_a_slow_epoch_expires_and_the_next_one_succeeds(world: World):
     assert states["process_epoch"] == "failed"
     assert "checkpoint_timeout" not in states  # no sensor beside the one-task epoch
     assert states["abort_on_failure"] == "success"
+    assert states["done"] == "upstream_failed"  # what fails the run
     # The source's ack came after the abort: discarded, so nothing but the protocol's
     # markers is left of the checkpoint (the abort deleted what was acked in time).
     left = {k.removeprefix(chk) for k in world.store.list(chk)}

@@ -190,6 +190,10 @@ def test_pipeline_dag_chain_with_one_checkpoint_in_flight() -> None:
     # The task enforces the checkpoint timeout itself (``DeadlineWatch``): no sensor beside
     # it, so the run ends with the epoch task.
     assert "checkpoint_timeout" not in dag.task_ids
+    # Succeeded, it skips every task after it: the scheduler ends the run one loop sooner.
+    assert (
+        set(process.skip_on_success) == process.downstream_task_ids == {"done", "abort_on_failure"}
+    )
 
 
 def test_spark_submit_epochs_await_acks_then_complete_and_notify() -> None:
@@ -228,6 +232,7 @@ def test_pipeline_dag_with_two_checkpoints_in_flight_awaits_the_base_state() -> 
     assert (base.kind, base.checkpoint_id, base.timeout) == ("base_state", CID, 120.0)
     process = dag.get_task("process_epoch")
     assert (process.trigger, process.checkpoint_id) == (False, CID)
+    assert set(process.skip_on_success) == process.downstream_task_ids
     trigger = dag.get_task("trigger_checkpoint")
     assert (trigger.retries, trigger.retry_delay) == (3, timedelta(seconds=5))
 
@@ -287,6 +292,7 @@ def test_spark_connect_runs_the_epoch_as_a_client_of_the_connection() -> None:
     assert type(process) is ConnectEpochOperator
     assert process.conn_id == "sc"
     assert edges(dag) == CHAIN
+    assert set(process.skip_on_success) == process.downstream_task_ids
 
 
 # ---- the savepoint and restore DAGs ---------------------------------------------------------
