@@ -25,6 +25,7 @@ import pyarrow as pa
 from microcheckpoint.adapters.decoding import check_value_format
 from microcheckpoint.engine.api import FileSource
 from microcheckpoint.engine.sources import FileReader, fields_schema
+from microcheckpoint.engine.spark import one_row_per_partition
 from microcheckpoint.errors import ConfigError, KafkaSourceError
 from microcheckpoint.faults import Faults
 from microcheckpoint.storage.port import ObjectStore
@@ -64,7 +65,7 @@ def file_frame(
             frame = frame.mapInArrow(faults.reading_batches, frame.schema)
         return frame
     reader = FileReader(source.url, options, tuple(names), source.format, arrow, faults)
-    return spark.range(0, len(names), 1, len(names)).mapInArrow(reader, with_position)
+    return one_row_per_partition(spark, len(names)).mapInArrow(reader, with_position)
 
 
 def _nullable(schema: Any) -> Any:

@@ -69,7 +69,7 @@ from microcheckpoint.engine.sources import (
     KafkaSplitReader,
     kafka_schema,
 )
-from microcheckpoint.engine.spark import arrow_schema, spark_schema
+from microcheckpoint.engine.spark import arrow_schema, one_row_per_partition, spark_schema
 from microcheckpoint.faults import Faults
 from microcheckpoint.ids import CheckpointId, TaskId
 from microcheckpoint.protocol.ack_timing import AckTimer
@@ -173,7 +173,7 @@ def _kafka_frame(
         drop_markers=isinstance(source, StageSource), timeout_s=source.timeout_s,
         columns=columns,
     )  # fmt: skip
-    return spark.range(0, len(splits), 1, len(splits)).mapInArrow(reader, schema)
+    return one_row_per_partition(spark, len(splits)).mapInArrow(reader, schema)
 
 
 class RangeChecks:

@@ -103,6 +103,16 @@ def connect_spark(url: str, shared: str | None = "microcheckpoint") -> Any:
     return spark
 
 
+def one_row_per_partition(spark: Any, count: int) -> Any:
+    """``count`` rows (``id`` 0 to ``count`` - 1), each in a partition of its own, whose
+    schema the client knows: over Connect, an Arrow function over them (``mapInArrow`` asks
+    for its input's columns) needs no analysis request to the server."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    ids = StructType([StructField("id", LongType(), nullable=False)])
+    return spark.range(0, count, 1, count).to(ids)
+
+
 # Spark DDL -> Spark schema: the same in every session, so each is parsed once per process.
 _SPARK_SCHEMAS: dict[str, Any] = {}
 
