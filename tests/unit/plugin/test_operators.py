@@ -875,6 +875,31 @@ def test_an_epoch_failure_after_the_barrier_fails_the_task_even_if_stop_fails(
     assert ti.pushed == {"checkpoint_id": 7}
 
 
+@pytest.mark.parametrize("followers", [(), ("done", "abort_on_failure")], ids=["none", "two"])
+def test_a_succeeded_epoch_task_pushes_its_xcom_then_skips_its_followers(
+    env: Env, monkeypatch: pytest.MonkeyPatch, followers: tuple[str, ...]
+) -> None:
+    """With ``skip_on_success`` the task pushes its XCom itself and raises Airflow's
+    ``DownstreamTasksSkipped`` naming those tasks (its task runner skips them, then marks
+    the task success); without, it returns its XCom as any task does."""
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    from microcheckpoint_airflow.operators import LocalEpochOperator
+
+    task = LocalEpochOperator(task_id="process_epoch", spec=env.spec(), skip_on_success=followers)
+    completed = {"checkpoint": 3, "attempt": 1, "records": 10}
+    monkeypatch.setattr(task, "run", lambda *_: completed)
+    ti = _TaskInstance()
+    if not followers:
+        assert task.execute({**CONTEXT, "ti": ti}) == completed
+        assert ti.pushed == {}
+        return
+    with pytest.raises(DownstreamTasksSkipped) as skipped:
+        task.execute({**CONTEXT, "ti": ti})
+    assert skipped.value.tasks == ["done", "abort_on_failure"]
+    assert ti.pushed == {"return_value": completed}
+
+
 @pytest.mark.parametrize("dies_after_deadline", [True, False], ids=["after", "before"])
 def test_a_job_that_fails_after_its_checkpoint_expired_fails_the_task_naming_the_expiry(
     env: Env, monkeypatch: pytest.MonkeyPatch, dies_after_deadline: bool
