@@ -14,6 +14,18 @@ from microcheckpoint_airflow.preload import MODULES, preload
 REPO = Path(__file__).resolve().parents[3]
 
 
+def _fresh_interpreter(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a new interpreter with only the repository on its path."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
 def test_every_preloaded_module_imports_and_none_starts_a_python_thread() -> None:
     # In a fresh interpreter: a Python thread alive at fork time would be lost in the task.
     code = textwrap.dedent(
@@ -25,14 +37,7 @@ def test_every_preloaded_module_imports_and_none_starts_a_python_thread() -> Non
               all(m in sys.modules for m in MODULES))
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env={"PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = _fresh_interpreter(code)
     assert out.stdout.split() == [str(len(MODULES)), "[]", "1", "True"]
 
 
@@ -69,12 +74,5 @@ def test_a_task_forked_after_the_preload_parses_no_s3_model(preloaded: bool) -> 
         print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env={"PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = _fresh_interpreter(code)
     assert out.stdout.splitlines()[-1] == ("child 0" if preloaded else "child 3"), out.stdout
