@@ -422,6 +422,7 @@ class LocalEpochOperator(PipelineOperator):
                 publish,
                 bootstrap=bootstrap,
                 store_options=self.store_options(),
+                accept_completed=True,  # a retried task finds its checkpoint completed
             )
         except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
             raise AirflowFailException(str(exc)) from exc

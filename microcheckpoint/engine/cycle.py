@@ -101,14 +101,18 @@ def process_checkpoint(
     store_options: dict[str, Any] | None = None,
     collect: bool = False,
     faults: Faults | None = None,
+    accept_completed: bool = False,
 ) -> EpochResult:
     """Plan, process and complete checkpoint ``cid`` (triggered), within its timeout: the
     part of an epoch that local cycles and Airflow's epoch task (``process_epoch``) share.
 
     ``publish``: the pipeline's publisher (``sink_publisher``), whose first reads go beside
     the completion's claim; notify is the caller's. The result's ``metadata`` and
-    ``attempt`` are the completion's: another run's, when a racing re-run of the same epoch
-    had every ack in first (this run then fails to claim the checkpoint and returns it).
+    ``attempt`` are the completion's: another attempt's, when a racing re-run of the same
+    epoch began after this one and had every ack in first (this run completes it with
+    those acks). A racing run that claimed the completion first makes this one fail with
+    ``CommitConflict``, unless ``accept_completed`` (a retried task, which finds its own
+    completion: ``recovery.complete_checkpoint``).
 
     Steps: 1. plan a new attempt; 2. process it (``run_epoch``: every task acks); 3. the
     global ack (``recovery.complete_checkpoint``), the publish's first reads beside its
@@ -118,7 +122,8 @@ def process_checkpoint(
     Raises:
         CheckpointExpired: the timeout passed (aborted as EXPIRED), also when the job then
             failed (the expiry is the cause; the job's error is chained to it).
-        CommitConflict: the checkpoint was aborted meanwhile (by another run).
+        CommitConflict: the checkpoint was aborted meanwhile, or completed by another run
+            (without ``accept_completed``).
         Whatever the job raised otherwise (the attempt is declined).
     """
     faults = faults or Faults.from_env()
@@ -150,7 +155,13 @@ def process_checkpoint(
         faults.point("after_acks")
         # Step 3
         prepare = None if publish is None else partial(publish.prepare, plan)
-        meta = complete_checkpoint(coordinator, cid, then_notify=True, on_acked=prepare)
+        meta = complete_checkpoint(
+            coordinator,
+            cid,
+            then_notify=True,
+            on_acked=prepare,
+            accept_completed=accept_completed,
+        )
     faults.point("after_metadata", partial(coordinator.committed, cid))
     return EpochResult(cid, meta.attempt, result.records, result.outputs, meta)
 

@@ -226,19 +226,23 @@ def complete_checkpoint(
     *,
     then_notify: bool = False,
     on_acked: Callable[[], object] | None = None,
+    accept_completed: bool = True,
 ) -> CheckpointMetadata:
     """The complete step, safe to run again (a retried task, a second process).
     ``then_notify`` and ``on_acked``: as ``CheckpointCoordinator.complete``'s.
 
     Steps: 1. finish a claimed completion an earlier try left; 2. a pending checkpoint past
     its timeout is aborted as EXPIRED; 3. complete it, or return the ``_metadata`` an
-    earlier try wrote.
+    earlier try wrote. With ``accept_completed=False`` (a run that processed the epoch
+    itself and must learn that it lost a race), a checkpoint another run completed first
+    raises ``CommitConflict`` instead.
 
     Raises:
         CheckpointNotFound: ``cid`` does not exist.
         CheckpointExpired: ``cid`` is past its timeout (aborted as EXPIRED, now or before).
         AcksMissing: not every task has acknowledged yet (worth retrying).
-        CommitConflict: ``cid`` was aborted.
+        CommitConflict: ``cid`` was aborted (or, with ``accept_completed=False``, completed
+            by another run).
     """
     # Step 1: a claimed completion (the listing it returns, taken after the tasks acked,
     # serves the steps below).
@@ -260,7 +264,7 @@ def complete_checkpoint(
         return coordinator.complete(cid, view, then_notify=then_notify, on_acked=on_acked)
     except CommitConflict:
         view = coordinator.view()
-        if view.records[cid].status is not CheckpointStatus.COMPLETED:
+        if not accept_completed or view.records[cid].status is not CheckpointStatus.COMPLETED:
             raise
         log.info("checkpoint %s was completed already (a retry)", cid)
         return view.metadata(cid)
