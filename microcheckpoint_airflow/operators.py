@@ -64,6 +64,10 @@ if TYPE_CHECKING:
     from microcheckpoint.engine.sinkstage import SinkPublisher
     from microcheckpoint.protocol.records import CheckpointMetadata
 
+# What the complete step refuses with for good (unknown, expired, aborted): a task fails on
+# it without retries; AcksMissing, by contrast, is retried.
+COMPLETE_REFUSALS = (CheckpointNotFound, CheckpointExpired, CommitConflict)
+
 __all__ = [
     "AbortCheckpointOperator",
     "CancelOperator",
@@ -424,7 +428,7 @@ class LocalEpochOperator(PipelineOperator):
                 store_options=self.store_options(),
                 accept_completed=True,  # a retried task finds its checkpoint completed
             )
-        except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
+        except COMPLETE_REFUSALS as exc:
             raise AirflowFailException(str(exc)) from exc
         completed = _completed(coord, result.metadata)  # type: ignore[arg-type]
         _notify(self, coord, pipeline, cid, publish, kafka)
@@ -525,7 +529,7 @@ def _complete(
     ``then_notify``, ``on_acked``: see ``CheckpointCoordinator.complete``."""
     try:
         meta = complete_checkpoint(coord, cid, then_notify=then_notify, on_acked=on_acked)
-    except (CheckpointNotFound, CheckpointExpired, CommitConflict) as exc:
+    except COMPLETE_REFUSALS as exc:
         raise AirflowFailException(str(exc)) from exc
     return _completed(coord, meta)
 
