@@ -101,12 +101,11 @@ def make_client(
 ) -> Any:
     """A boto3 S3 client with path-style addressing and botocore retries off (timestamps in
     its answers are left as text)."""
-    endpoint_url = endpoint_url or os.environ.get("MICROCHECKPOINT_S3_ENDPOINT") or None
     with _SESSION_LOCK:
         return _session().client(
             "s3",
-            endpoint_url=endpoint_url,
-            region_name=region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            endpoint_url=_endpoint(endpoint_url),
+            region_name=_region(region),
             aws_access_key_id=access_key,
             aws_secret_access_key=secret_key,
             config=Config(
@@ -116,6 +115,42 @@ def make_client(
                 read_timeout=30,
             ),
         )
+
+
+# This process's clients of the stores it opens by URL, by their settings. Spark reuses its
+# Python workers from task to task, and a keyed or sink task opens its stores several times:
+# a new client each time was 20-50 ms of the task (botocore builds its endpoint rules,
+# handlers and configuration anew). boto3's clients are safe to share between threads.
+_SHARED: dict[tuple[Any, ...], Any] = {}
+
+
+def _endpoint(endpoint_url: str | None) -> str | None:
+    return endpoint_url or os.environ.get("MICROCHECKPOINT_S3_ENDPOINT") or None
+
+
+def _region(region: str | None) -> str:
+    return region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def shared_client(
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+) -> Any:
+    """``make_client``'s client for these settings, made once per process and reused (per
+    process: a forked child makes its own, its parent's connections are not its). Without
+    credentials, a client takes those of the process's session, as ``make_client`` does."""
+    endpoint_url, region = _endpoint(endpoint_url), _region(region)
+    key = (os.getpid(), endpoint_url, region, access_key, secret_key)
+    client = _SHARED.get(key)
+    if client is None:
+        client = make_client(endpoint_url, region, access_key, secret_key)
+        with _SESSION_LOCK:
+            if len(_SHARED) >= 16 or any(k[0] != key[0] for k in _SHARED):
+                _SHARED.clear()
+            client = _SHARED.setdefault(key, client)
+    return client
 
 
 def ensure_bucket(client: Any, bucket: str) -> None:
@@ -146,7 +181,7 @@ class S3Store(ObjectStore):
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise StorageError(f"{url!r} is not an s3://bucket[/prefix] URL")
-        return cls(make_client(**options), parsed.netloc, parsed.path)
+        return cls(shared_client(**options), parsed.netloc, parsed.path)
 
     def _unkey(self, full: str) -> str:
         """The store's key of S3 key ``full`` (``_key`` undone: the prefix taken off)."""
