@@ -273,6 +273,9 @@ def key_group_scheme(plan: EpochPlan, op: KeyedOperator, key_type: Any | None = 
     return SPARK_HASH
 
 
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
 def _spark_places(spark: Any, ctx: OperatorContext, shuffle: bool) -> bool:
     """Whether a shuffle by the key puts every key in its subtask's partition under
     ``SPARK_HASH``: ``parallelism`` dividing ``max_parallelism``, adaptive execution off
@@ -280,28 +283,71 @@ def _spark_places(spark: Any, ctx: OperatorContext, shuffle: bool) -> bool:
     partitions (a ``repartition(parallelism, key)`` names its own)."""
     if ctx.key_groups != SPARK_HASH or ctx.max_parallelism % ctx.parallelism:
         return False
-    if shuffle and int(spark.conf.get("spark.sql.shuffle.partitions")) != ctx.parallelism:
+    # The session's settings in one request over Connect (a ``get`` each was two); a setting
+    # the session has not set has Spark's default.
+    settings = spark.conf.getAll
+    if shuffle and int(settings.get(SHUFFLE_PARTITIONS, "200")) != ctx.parallelism:
         return False
     # Adaptive execution may coalesce the partitions, or plan an empty shuffle as none:
     # then some subtask would not run, nor ack.
-    return spark.conf.get("spark.sql.adaptive.enabled", "true").lower() != "true"
+    return settings.get("spark.sql.adaptive.enabled", "true").lower() != "true"
 
 
-def _normalized_key(df: Any, key: str) -> Any:
+def _normalized_key(df: Any, key: str) -> tuple[Any, Any]:
     """``df`` with an integer key as a bigint and a float key as a double: Spark's hash of 5
     as an int is not its hash as a long, and a key's group must not depend on its width.
     A collated string key is compared byte by byte, as state keys are: its shuffle would
-    otherwise partition by the collation, which ``hash`` does not."""
+    otherwise partition by the collation, which ``hash`` does not. Also the schema of the
+    frame returned (``df``'s, asked for once, with the key's new type)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ByteType, FloatType, IntegerType, ShortType
+    from pyspark.sql.types import (
+        ByteType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        ShortType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
-    kind = df.schema[key].dataType
+    schema = df.schema
+    kind = schema[key].dataType
     column = F.col(f"`{key}`")
     if _collated(kind):
-        return df.withColumn(key, F.collate(column, "UTF8_BINARY"))
-    wider = "bigint" if isinstance(kind, (ByteType, ShortType, IntegerType)) else None
-    wider = "double" if isinstance(kind, FloatType) else wider
-    return df if wider is None else df.withColumn(key, column.cast(wider))
+        df, kind = df.withColumn(key, F.collate(column, "UTF8_BINARY")), StringType()
+    elif isinstance(kind, (ByteType, ShortType, IntegerType)):
+        df, kind = df.withColumn(key, column.cast("bigint")), LongType()
+    elif isinstance(kind, FloatType):
+        df, kind = df.withColumn(key, column.cast("double")), DoubleType()
+    fields = [StructField(f.name, kind) if f.name == key else f for f in schema.fields]
+    return df, StructType(fields)
+
+
+def _aggregate_type(agg: Any, schema: Any) -> Any | None:
+    """The Spark type of built-in aggregation ``agg``'s result over rows of ``schema``, where
+    it is certain (a count; a sum of integers or floats; the min or max of any column);
+    None otherwise (a decimal's sum, a column not found)."""
+    from pyspark.sql.types import DoubleType, FloatType, IntegralType, LongType
+
+    if agg.kind == "count":
+        return LongType()
+    kind = next((f.dataType for f in schema.fields if f.name == agg.value), None)
+    if agg.kind in ("min", "max"):
+        return kind
+    if isinstance(kind, IntegralType):
+        return LongType()
+    return DoubleType() if isinstance(kind, (FloatType, DoubleType)) else None
+
+
+def _with_schema(df: Any, fields: list[Any]) -> Any:
+    """``df`` given its schema (``fields``, each made nullable; ``DataFrame.to``): over
+    Connect, an Arrow function over it then needs no analysis request for its columns."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    routing = [StructField(KG, IntegerType()), StructField(SUBTASK, IntegerType())]
+    return df.to(StructType([StructField(f.name, f.dataType) for f in [*fields, *routing]]))
 
 
 def _with_key_groups(df: Any, op: KeyedOperator, ctx: OperatorContext) -> Any:
@@ -356,9 +402,11 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
     run.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField
 
+    schema = None  # known under SPARK_HASH, where the fast paths below are taken
     if ctx.key_groups == SPARK_HASH:
-        df = _normalized_key(df, op.key)
+        df, schema = _normalized_key(df, op.key)
     if op.aggregate is not None:
         agg = op.aggregate
         column = F.lit(1) if agg.value is None else F.col(agg.value)
@@ -370,13 +418,19 @@ def _keyed(spark: Any, df: Any, op: KeyedOperator, ctx: OperatorContext) -> tupl
         if fast:
             merge_in = functools.partial(merge_partition, ctx)
             output = spark_schema(spark, op.output_schema)
-            return per_partition(_with_key_groups(df, op, ctx), merge_in, output), True
+            rows = _with_key_groups(df, op, ctx)
+            result = None if schema is None else _aggregate_type(agg, schema)
+            if result is not None:
+                rows = _with_schema(rows, [schema[op.key], StructField(AGGREGATE, result)])
+            return per_partition(rows, merge_in, output), True
     routed = _with_key_groups(df, op, ctx)
     fn = op.fn
     if op.aggregate is None and _spark_places(spark, ctx, shuffle=False):
         # Spark's hash partitioning of the key is pmod(hash(key), parallelism): the subtask.
         kept = _never_empty(spark, routed)
         placed = kept.repartition(ctx.parallelism, F.col(f"`{op.key}`"))
+        if schema is not None:
+            placed = _with_schema(placed, list(schema.fields))
         process_in = functools.partial(process_partition, ctx, fn)
         return per_partition(placed, process_in, spark_schema(spark, op.output_schema)), True
     grouped = routed.unionByName(_markers(spark, ctx.parallelism), allowMissingColumns=True)
@@ -629,7 +683,7 @@ def _run_epoch(
         outputs: list[dict[str, Any]] | None = [] if collect else None
         if df is not None:
             for parts in staged:
-                parts.collect()
+                parts.toArrow()  # ``collect`` would ask for a setting first over Connect
             if collect:
                 outputs = [r.asDict(recursive=True) for r in df.collect()]
             elif not (pipeline.stages and isinstance(pipeline.stages[-1], Sink)):

@@ -324,6 +324,88 @@ def test_an_epoch_with_no_input_over_connect_runs_every_subtask(
     assert read_keyed_state(store, topic, UID) == dict(Counter(words))
 
 
+# Settings the Connect client itself reads, once per process or session: not the engine's.
+_CLIENT_OWN = ("spark.connect.session.planCompression.", "spark.python.sql.dataFrameDebugging.")
+
+
+def _connect_requests(url: str, bootstrap: str, topic: str, store_url: str) -> None:
+    """Three epochs each of a built-in count with its file sink and of a user's function, as
+    an Airflow task runs them: a new Connect session an epoch. Prints, per epoch, the
+    analysis requests and the configuration requests (by operation) its client sent."""
+    from collections import defaultdict
+
+    from pyspark.sql.connect.client.core import SparkConnectClient
+
+    from microcheckpoint.engine.spark import connect_spark
+
+    sent: dict[str, int] = defaultdict(int)
+    analyze, config = SparkConnectClient._analyze, SparkConnectClient.config
+
+    def counted_analyze(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent["analyze"] += 1
+        return analyze(self, *args, **kwargs)
+
+    def counted_config(self, operation, *args, **kwargs):  # type: ignore[no-untyped-def]
+        kind = operation.WhichOneof("op_type")
+        asked = getattr(operation, kind)
+        keys = [*getattr(asked, "keys", ()), *(p.key for p in getattr(asked, "pairs", ()))]
+        if not keys or not all(k.startswith(_CLIENT_OWN) for k in keys):
+            sent[" ".join(["config", kind, *keys])] += 1
+        return config(self, operation, *args, **kwargs)
+
+    SparkConnectClient._analyze = counted_analyze  # type: ignore[method-assign]
+    SparkConnectClient.config = counted_config  # type: ignore[method-assign]
+    counts = build(topic, name=f"{topic}-agg", sink_target=f"{store_url}/out")
+    function = _counting_fn(f"{topic}-fn", topic)
+    for round_no in range(3):
+        _produce(bootstrap, topic, _words(50, round_no))
+        for pipeline in (counts, function):
+            store = FileStore(f"{store_url}/{pipeline.name}")
+            config_ = CheckpointConfig.from_mapping(
+                {"pipeline": pipeline.name, "storage": store.url}
+            )
+            remote = connect_spark(url)
+            sent.clear()
+            result = run_cycle(remote, pipeline, config_, store, bootstrap=bootstrap, parallelism=2)
+            print(json.dumps({"pipeline": pipeline.name, "records": result.records, **sent}))
+
+
+def test_a_connect_epoch_asks_the_server_for_its_key_type_only(
+    spark_connect_url, kafka_bootstrap, tmp_path
+) -> None:
+    # Each request is a round trip to the server that the epoch waits for (25-40 ms in an
+    # Airflow task beside the scheduler, docs/engine.md). Left: the frame's schema for the
+    # key's type, and the session's settings in one request.
+    topic = _topic(kafka_bootstrap)
+    store_url = f"file://{tmp_path}"
+    code = (
+        "import sys; from tests.integration.test_key_group_schemes import _connect_requests; "
+        "_connect_requests(*sys.argv[1:])"
+    )
+    argv = [sys.executable, "-c", code, spark_connect_url, kafka_bootstrap, topic, store_url]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    epochs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [e["records"] for e in epochs] == [50] * 6
+    # The count asks for its frame's schema (the words come from the user's functions); the
+    # function's key is a column of the source's rows, whose schema the client knows.
+    counted = {"analyze": 1, "config get_all": 1}
+    function = {"config get_all": 1}
+    sent = [{k: v for k, v in e.items() if k not in ("pipeline", "records")} for e in epochs]
+    assert sent == [counted, function] * 3
+    words = [w for round_no in range(3) for w in _words(50, round_no)]
+    assert read_keyed_state(FileStore(f"{store_url}/{topic}-fn"), f"{topic}-fn", UID) == dict(
+        Counter(words)
+    )
+    totals = read_keyed_state(FileStore(f"{store_url}/{topic}-agg"), f"{topic}-agg", "word-counts")
+    assert totals == dict(Counter(words))
+    latest = {}  # each epoch publishes its touched words' running totals
+    for row in read_committed(f"{store_url}/out", f"{topic}-agg", "word-totals"):
+        latest[row["key"]] = row["total"]
+    assert latest == dict(Counter(words))
+
+
 @pytest.mark.parametrize("counting", [_counting, _counting_fn], ids=["aggregation", "function"])
 def test_an_operator_stored_by_blake2b_keeps_blake2b(
     spark, kafka_bootstrap, tmp_path, counting
