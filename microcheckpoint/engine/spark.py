@@ -117,12 +117,54 @@ def one_row_per_partition(spark: Any, count: int) -> Any:
 _SPARK_SCHEMAS: dict[str, Any] = {}
 
 
+# A DDL string of named atomic columns (``word string, total long``), the form of the
+# built-in aggregations' outputs, and the Spark type each of its type names parses to.
+_SIMPLE_DDL = re.compile(
+    r"\s*[A-Za-z_][A-Za-z0-9_]*\s+[A-Za-z]+\s*(,\s*[A-Za-z_][A-Za-z0-9_]*\s+[A-Za-z]+\s*)*"
+)
+_ATOMIC = {
+    "string": "StringType",
+    "bigint": "LongType",
+    "long": "LongType",
+    "int": "IntegerType",
+    "integer": "IntegerType",
+    "smallint": "ShortType",
+    "short": "ShortType",
+    "tinyint": "ByteType",
+    "byte": "ByteType",
+    "double": "DoubleType",
+    "float": "FloatType",
+    "real": "FloatType",
+    "boolean": "BooleanType",
+    "binary": "BinaryType",
+    "date": "DateType",
+}
+
+
+def _simple_schema(ddl: str) -> Any | None:
+    """``ddl`` parsed here when it names distinct columns of the types in ``_ATOMIC`` (as
+    Spark parses it: every field nullable); None for anything else, which Spark parses."""
+    from pyspark.sql import types
+
+    if not _SIMPLE_DDL.fullmatch(ddl):
+        return None
+    pairs = [part.split() for part in ddl.split(",")]
+    names = [name for name, _ in pairs]
+    kinds = [_ATOMIC.get(kind.lower()) for _, kind in pairs]
+    if None in kinds or len({n.lower() for n in names}) != len(names):
+        return None
+    fields = [types.StructField(n, getattr(types, k)()) for n, k in zip(names, kinds, strict=True)]
+    return types.StructType(fields)
+
+
 def spark_schema(spark: Any, ddl: str) -> Any:
-    """The schema (``StructType``) of a Spark DDL string, parsed by Spark the first time
-    (in-process, or a request to the Connect server): an Arrow function given the schema
-    needs no parse of its own per epoch."""
+    """The schema (``StructType``) of a Spark DDL string: parsed here when it is simple
+    (``_simple_schema``), else by Spark the first time (in-process, or two requests to the
+    Connect server), so that an Arrow function given the schema needs no parse of its own
+    per epoch or, for the built-in aggregations' outputs, per process."""
     if ddl not in _SPARK_SCHEMAS:
-        _SPARK_SCHEMAS[ddl] = spark.createDataFrame([], ddl).schema
+        simple = _simple_schema(ddl)
+        _SPARK_SCHEMAS[ddl] = simple or spark.createDataFrame([], ddl).schema
     return _SPARK_SCHEMAS[ddl]
 
 

@@ -135,3 +135,33 @@ def test_the_engines_session_records_no_python_call_site_per_column_function(spa
 
     assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
     assert is_debugging_enabled() is False
+
+
+SIMPLE_DDL = [
+    "key string, total long",
+    "word STRING,count BIGINT",
+    "  a int , b integer, c smallint, d short, e tinyint, f byte  ",
+    "x double, y float, z real, flag boolean, raw binary, day date",
+    "Key_1 string",
+]
+OTHER_DDL = [
+    "a decimal(10, 2)",  # parameters
+    "a array<int>, b map<string, long>",  # nested
+    "a: int",  # Spark's other separator
+    "`a b` string",  # a quoted name
+    "a string not null",  # a constraint
+    "a timestamp",  # its type depends on spark.sql.timestampType
+    "a string, A long",  # names Spark compares without case
+    "a varchar(5)",
+]
+
+
+def test_simple_schemas_are_parsed_here_as_spark_parses_them(spark) -> None:
+    # The built-in aggregations' output schemas are parsed without a request to a Connect
+    # server (two requests each, once per process: every Airflow task's epoch paid them).
+    from microcheckpoint.engine.spark import _simple_schema
+
+    for ddl in SIMPLE_DDL:
+        assert _simple_schema(ddl) == spark.createDataFrame([], ddl).schema, ddl
+    for ddl in OTHER_DDL:
+        assert _simple_schema(ddl) is None, ddl
