@@ -9,7 +9,10 @@ ack) and trigger → notified (sinks published, offsets committed); and from Air
 run's wall time, the run's end after its epoch task's (the scheduler's part), the time spent
 inside its tasks (the rest is scheduling and task start), and each task's timeline (queued,
 started, ended: seconds after the trigger request). The run's state is asked once a second.
-The first run of each mode is a warm-up and is left out.
+The first run of each mode is a warm-up and is left out. Before Airflow starts, the Connect
+server runs ``--warm-epochs`` epochs of the word count for this process (a pipeline and a
+topic of their own): its JVM compiles the code an epoch runs while it runs it, for minutes
+(``_warm_server``), and a server in service has run thousands of epochs.
 
 Run: ``.venv/bin/python -m bench.bench_airflow``; ``run`` returns the figures for
 ``bench.run_all``.
@@ -31,6 +34,7 @@ from harness.airflow_stack import start_airflow
 
 BUCKET = "microcheckpoint-bench"
 LINES = 300
+WARM_EPOCHS = 60
 
 
 def _seconds(text: str | None) -> float | None:
@@ -75,9 +79,52 @@ def _checkpoint_times(store: Any, cid: int) -> tuple[float, float]:
     return (meta.completed_time_ms - trigger) / 1000, (notified.at_ms - trigger) / 1000
 
 
-def measure(mode: str, runs: int, idle_sleep: float = 0.25) -> dict[str, Any]:
+def _warm_server(address: str, stack: Any, root: Path, epochs: int) -> None:
+    """``epochs`` epochs of the word count (300 lines each, its file sink, checkpoints in
+    the bench's bucket under ``warm-up``) run by this process against the Connect server at
+    ``address``. A new server's JVM compiles Spark's code as the epochs run it: a job of
+    two no-op Arrow tasks cost it 320 ms of CPU in its first 20 runs and 100 ms after 200
+    (docs/engine.md), and on 2 cores the epoch waits for that CPU."""
+    from examples import wordcount
+    from microcheckpoint.adapters.s3 import S3Store, make_client
+    from microcheckpoint.config import CheckpointConfig
+    from microcheckpoint.engine.cycle import run_cycle
+    from microcheckpoint.engine.spark import connect_spark
+
+    s3 = stack.s3
+    options = {
+        "endpoint_url": s3.url,
+        "region": s3.region,
+        "access_key": s3.access_key,
+        "secret_key": s3.secret_key,
+    }
+    store = S3Store(make_client(**options), BUCKET, "warm-up")
+    pipeline = wordcount.build("warm-lines", name="warm-up", sink_target=(root / "warm").as_uri())
+    config = CheckpointConfig.from_mapping({"pipeline": "warm-up", "storage": store.url})
+    spark = connect_spark(address)
+    try:
+        for i in range(epochs):
+            lines = wordcount.lines_for(LINES, seed=1000 + i)
+            wordcount.produce(stack.kafka_bootstrap, "warm-lines", lines, create=i == 0)
+            run_cycle(
+                spark,
+                pipeline,
+                config,
+                store,
+                bootstrap=stack.kafka_bootstrap,
+                parallelism=2,
+                store_options=options,
+            )
+    finally:
+        spark.stop()
+
+
+def measure(
+    mode: str, runs: int, idle_sleep: float = 0.25, warm_epochs: int = WARM_EPOCHS
+) -> dict[str, Any]:
     """``runs`` checkpoints (plus a warm-up) through Airflow in Spark mode ``mode``, the
-    scheduler sleeping ``idle_sleep`` seconds after a loop that found nothing to do."""
+    scheduler sleeping ``idle_sleep`` seconds after a loop that found nothing to do; with the
+    Connect server, after ``warm_epochs`` epochs of its own (``_warm_server``)."""
     from examples import wordcount
     from microcheckpoint.adapters.s3 import S3Store, ensure_bucket, make_client
     from microcheckpoint.protocol.history import checkpoint_history
@@ -93,6 +140,10 @@ def measure(mode: str, runs: int, idle_sleep: float = 0.25) -> dict[str, Any]:
         )
         ensure_bucket(client, BUCKET)
         store = S3Store(client, BUCKET, "checkpoints")
+        if connect is not None and warm_epochs:
+            started = time.monotonic()
+            _warm_server(connect.address, stack, root, warm_epochs)
+            print(f"  {mode}: {warm_epochs} warm-up epochs in {time.monotonic() - started:.0f} s")
         env = {
             "MICROCHECKPOINT_STORAGE": f"s3://{BUCKET}/checkpoints",
             "WORDCOUNT_TOPIC": "lines",
@@ -153,6 +204,7 @@ def measure(mode: str, runs: int, idle_sleep: float = 0.25) -> dict[str, Any]:
         finally:
             airflow.stop()
     return {
+        "warm_up_epochs": warm_epochs if connect is not None else 0,
         "runs": rows,
         "p50": {
             key: round(statistics.median(r[key] for r in rows), 2)
@@ -173,8 +225,10 @@ def _wait_idle(api: Any, timeout: float = 600) -> None:
     raise SystemExit("the warm-up run of wordcount_pipeline did not end")
 
 
-def run(runs: int, modes: list[str], idle_sleep: float = 0.25) -> dict[str, Any]:
-    return {mode: measure(mode, runs, idle_sleep) for mode in modes}
+def run(
+    runs: int, modes: list[str], idle_sleep: float = 0.25, warm_epochs: int = WARM_EPOCHS
+) -> dict[str, Any]:
+    return {mode: measure(mode, runs, idle_sleep, warm_epochs) for mode in modes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,8 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--idle-sleep", type=float, default=0.25, help="[scheduler] scheduler_idle_sleep_time"
     )
+    parser.add_argument(
+        "--warm-epochs",
+        type=int,
+        default=WARM_EPOCHS,
+        help="epochs the Connect server runs before Airflow starts (0: none)",
+    )
     args = parser.parse_args(argv)
-    print(run(args.runs, args.modes, args.idle_sleep))
+    print(run(args.runs, args.modes, args.idle_sleep, args.warm_epochs))
     return 0
 
 
