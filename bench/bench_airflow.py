@@ -21,6 +21,7 @@ Run: ``.venv/bin/python -m bench.bench_airflow``; ``run`` returns the figures fo
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -101,6 +102,10 @@ def _warm_server(address: str, stack: Any, root: Path, epochs: int) -> None:
     store = S3Store(make_client(**options), BUCKET, "warm-up")
     pipeline = wordcount.build("warm-lines", name="warm-up", sink_target=(root / "warm").as_uri())
     config = CheckpointConfig.from_mapping({"pipeline": "warm-up", "storage": store.url})
+    # A Connect session marks this process's environment as Connect's (pyspark sets
+    # SPARK_CONNECT_MODE_ENABLED), and the Airflow of the next mode inherits it: its tasks'
+    # in-process Spark then asked for a Connect URL. The environment is put back after.
+    environment = dict(os.environ)
     spark = connect_spark(address)
     try:
         for i in range(epochs):
@@ -117,6 +122,8 @@ def _warm_server(address: str, stack: Any, root: Path, epochs: int) -> None:
             )
     finally:
         spark.stop()
+        os.environ.clear()
+        os.environ.update(environment)
 
 
 def measure(
