@@ -253,7 +253,9 @@ class KafkaOffsets:
         kafka-python decoded a whole producer batch in Python, 1,000 records or more, to
         read one number). A new consumer per probe, and a partition's watermark is read only
         once this consumer has had a record or the end of that partition from its own
-        fetch, so no value comes from an earlier call.
+        fetch, so no value comes from an earlier call. The partition is then unassigned: the
+        rest of its fetched batch (thousands of records, from Tansu's low LATEST) is dropped,
+        not polled record by record.
         """
         from confluent_kafka import KafkaException
 
@@ -320,6 +322,7 @@ class KafkaOffsets:
                 if tp in starts and tp not in water:
                     ctp = _CTP(tp.topic, tp.partition)
                     water[tp] = int(probe.get_watermark_offsets(ctp, cached=True)[1])
+                    probe.incremental_unassign([ctp])
         finally:
             probe.close()
         return water

@@ -262,3 +262,34 @@ def test_s3_tansu_keeps_records_and_offsets_across_restart(
         assert after[tps[2]] == []
     finally:
         service.stop()
+
+
+def test_the_end_offsets_probe_does_not_poll_the_records_it_fetched(
+    offsets: KafkaOffsets, bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fetch probe behind ``end_offsets`` reads each partition's high watermark from its
+    first record or end of partition. The fetched batch holds many more (Tansu answers
+    ListOffsets LATEST with its last batch's first offset), and once the partition's
+    watermark is read they are dropped, not polled one by one."""
+    import confluent_kafka
+
+    polled: list[tuple[int, int]] = []
+
+    class Counting(confluent_kafka.Consumer):  # type: ignore[misc]
+        def poll(self, *args: object, **kwargs: object) -> object:
+            message = super().poll(*args, **kwargs)
+            if message is not None and message.error() is None:
+                polled.append((message.partition(), message.offset()))
+            return message
+
+    topic = _topic()
+    offsets.create_topic(topic, 2)
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    for tp in tps:
+        _produce(bootstrap, topic, tp.partition, [[T0 + i for i in range(2_000)]])
+    monkeypatch.setattr(confluent_kafka, "Consumer", Counting)
+    for _ in range(3):
+        polled.clear()
+        assert offsets.end_offsets(tps) == dict.fromkeys(tps, 2_000)
+        # a record or two of each partition, where all its fetched records were polled
+        assert len(polled) <= 10, (len(polled), polled[:3])
