@@ -155,8 +155,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Quiet kafka-python and py4j before the interpreter shuts down.
 
-    A kafka-python client whose constructor failed (the unreachable-bootstrap test) leaves
-    a daemon IO thread behind that keeps logging refused reconnects. Frozen at shutdown
+    A kafka-python client left in a daemon IO thread keeps logging refused reconnects (as
+    one whose constructor failed did, before ``kafka_offsets.kafka_python_client`` closed
+    it; a client a test does not close still does). Frozen at shutdown
     while it holds a logging handler's lock, it would deadlock py4j's ``__del__``, which
     logs as it closes its gateway connections: the suite would hang after its summary.
     """

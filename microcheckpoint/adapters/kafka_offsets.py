@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as _KTP
@@ -27,9 +27,10 @@ from kafka.structs import OffsetAndMetadata
 from microcheckpoint.errors import KafkaSourceError
 from microcheckpoint.ids import TopicPartition
 
-__all__ = ["KafkaOffsets", "retry_helps"]
+__all__ = ["KafkaOffsets", "kafka_python_client", "retry_helps"]
 
 _Offsets = dict[TopicPartition, int]
+_Client = TypeVar("_Client")
 
 _UNREACHABLE = tuple(
     e for e in (getattr(kerr, "NoBrokersAvailable", None), kerr.KafkaConnectionError) if e
@@ -38,6 +39,32 @@ _UNREACHABLE = tuple(
 
 def _k(tp: TopicPartition) -> _KTP:
     return _KTP(tp.topic, tp.partition)
+
+
+def kafka_python_client(kind: Callable[..., _Client], **config: Any) -> _Client:
+    """``kind(**config)``, a kafka-python consumer or admin client, whose network client is
+    closed when the constructor raises.
+
+    kafka-python starts the network client's IO thread before it first reaches a broker; a
+    constructor that fails there (no broker answered) returns no object to close, and the
+    thread would go on reconnecting for the rest of the process, one more each time. The
+    network client is made through kafka-python's ``kafka_client`` setting, the class's
+    own, and kept here until the constructor returns.
+    """
+    made: list[Any] = []
+    default = kind.DEFAULT_CONFIG["kafka_client"]  # type: ignore[attr-defined]
+
+    def network_client(**settings: Any) -> Any:
+        made.append(default(**settings))
+        return made[-1]
+
+    try:
+        return kind(**config, kafka_client=network_client)
+    except BaseException:
+        for client in made:
+            with contextlib.suppress(Exception):
+                client.close()
+        raise
 
 
 def retry_helps(error: Any) -> bool:
@@ -108,7 +135,7 @@ class KafkaOffsets:
             "auto_offset_reset": "earliest",
         }
         with self._errors("connecting"):
-            return KafkaConsumer(**{**config, **extra})
+            return kafka_python_client(KafkaConsumer, **{**config, **extra})
 
     def _meta_consumer(self) -> Any:
         if self._meta is None:
@@ -118,7 +145,8 @@ class KafkaOffsets:
     def _admin_client(self) -> Any:
         if self._admin is None:
             with self._errors("connecting"):
-                self._admin = KafkaAdminClient(
+                self._admin = kafka_python_client(
+                    KafkaAdminClient,
                     bootstrap_servers=self.bootstrap_servers,
                     client_id=self.client_id,
                     request_timeout_ms=self.request_timeout_ms,

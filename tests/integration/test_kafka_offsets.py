@@ -7,6 +7,7 @@ against a real Kafka named by MICROCHECKPOINT_KAFKA_BOOTSTRAP.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,9 +16,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTP
+from kafka import errors as kerr
 
 from harness import services
-from microcheckpoint.adapters.kafka_offsets import KafkaOffsets
+from microcheckpoint.adapters.kafka_offsets import KafkaOffsets, kafka_python_client
 from microcheckpoint.adapters.s3 import ensure_bucket, make_client
 from microcheckpoint.errors import KafkaSourceError
 from microcheckpoint.ids import TopicPartition
@@ -218,13 +220,20 @@ def test_missing_topic_or_partition_raises_naming_it(offsets: KafkaOffsets) -> N
 def test_unreachable_bootstrap_raises_naming_the_address() -> None:
     address = f"127.0.0.1:{services.free_port()}"
     started = time.monotonic()
+    before = set(threading.enumerate())
     with KafkaOffsets(address, request_timeout_ms=1_000) as adapter:
         with pytest.raises(KafkaSourceError, match=address) as info:
-            adapter.partitions("anything")
+            adapter.partitions("anything")  # the admin client
         assert "bootstrap_servers" in str(info.value)
         with pytest.raises(KafkaSourceError, match=address):
             adapter.end_offsets([TopicPartition("anything", 0)])
+    with pytest.raises(kerr.KafkaError):  # the offsets' consumer, as the adapter makes it
+        kafka_python_client(KafkaConsumer, bootstrap_servers=address, bootstrap_timeout_ms=1_000)
     assert time.monotonic() - started < 10
+    # No client is left reconnecting in this process: each failed constructor's IO thread
+    # was stopped (kafka-python returns no object to close when its constructor raises).
+    left = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not [name for name in left if name.startswith("kafka-io")], left
 
 
 def test_s3_tansu_keeps_records_and_offsets_across_restart(
