@@ -175,8 +175,11 @@ def decode_json_columns(
         text = raw.cast(pa.string())  # validates UTF-8
     except pa.ArrowInvalid:
         return None
+    # Values that begin with "{" and end with "}" (no space around them, as producers
+    # write them) are one object each without a regular expression, the rest with one.
+    bare = pc.all(pc.and_(pc.starts_with(text, "{"), pc.ends_with(text, "}"))).as_py()
     if (
-        not pc.all(pc.match_substring_regex(text, _ONE_OBJECT)).as_py()
+        not (bare or pc.all(pc.match_substring_regex(text, _ONE_OBJECT)).as_py())
         or pc.any(pc.match_substring_regex(text, _NOT_IN_BULK)).as_py()
         # brackets are counted only where a value is long enough to hold more than 500
         or (
@@ -186,7 +189,10 @@ def decode_json_columns(
     ):
         return None
     # Each value tagged with its index: {"<_ROW>":i, ...}, then one value per line.
-    rest = pc.replace_substring_regex(text, r"^[ \t\r]*\{", "", max_replacements=1)
+    if bare:
+        rest = pc.utf8_slice_codeunits(text, 1)
+    else:
+        rest = pc.replace_substring_regex(text, r"^[ \t\r]*\{", "", max_replacements=1)
     empty = pc.match_substring_regex(rest, r"^[ \t\r]*\}")
     index = pc.cast(pa.array(np.arange(n, dtype=np.int64)), pa.string())
     tagged = pc.binary_join_element_wise(

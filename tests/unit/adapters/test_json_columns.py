@@ -61,6 +61,17 @@ def test_plain_records_decode_in_bulk() -> None:
 
 
 @pytest.mark.parametrize(
+    "spaced",
+    [b' {"key": "a", "seq": 1}', b'{"seq": 2}\t', b'\r{ "flag": true }  ', b" { } ", b"{ }"],
+)
+def test_objects_with_space_around_them_decode_in_bulk(spaced: bytes) -> None:
+    """A value that does not begin with "{" or end with "}" but is one object with JSON
+    white space around it still decodes in bulk, beside values that do."""
+    for values in ([spaced], [b'{"key": "x"}', spaced, b'{"seq": 3}']):
+        assert check(values)
+
+
+@pytest.mark.parametrize(
     "value",
     [
         b'{"key": "a", "price": NaN}',  # refused by strict JSON
