@@ -92,13 +92,7 @@ def _warm_server(address: str, stack: Any, root: Path, epochs: int) -> None:
     from microcheckpoint.engine.cycle import run_cycle
     from microcheckpoint.engine.spark import connect_spark
 
-    s3 = stack.s3
-    options = {
-        "endpoint_url": s3.url,
-        "region": s3.region,
-        "access_key": s3.access_key,
-        "secret_key": s3.secret_key,
-    }
+    options = stack.s3.store_options()
     store = S3Store(make_client(**options), BUCKET, "warm-up")
     pipeline = wordcount.build("warm-lines", name="warm-up", sink_target=(root / "warm").as_uri())
     config = CheckpointConfig.from_mapping({"pipeline": "warm-up", "storage": store.url})

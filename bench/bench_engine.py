@@ -368,12 +368,7 @@ def s3_empty_epochs(spark: Any, epochs: int) -> dict[str, Any]:
     try:
         client = make_client(s3.url, s3.region, s3.access_key, s3.secret_key)
         ensure_bucket(client, "bench-empty")
-        options = {
-            "endpoint_url": s3.url,
-            "region": s3.region,
-            "access_key": s3.access_key,
-            "secret_key": s3.secret_key,
-        }
+        options = s3.store_options()
         folder = Folder(root)
         folder.write(keys_for(0, 1_000, 100, 0))
         store = S3Store(client, "bench-empty", "checkpoints")

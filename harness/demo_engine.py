@@ -102,12 +102,7 @@ def run(epochs: int, lines_per_epoch: int, crash_epoch: int, parallelism: int) -
         ensure_bucket(client, BUCKET)
         storage = f"s3://{BUCKET}/checkpoints"
         store = S3Store(client, BUCKET, "checkpoints")
-        options = {
-            "endpoint_url": stack.s3.url,
-            "region": stack.s3.region,
-            "access_key": stack.s3.access_key,
-            "secret_key": stack.s3.secret_key,
-        }
+        options = stack.s3.store_options()
         output = ROOT / "demo-output"
         if output.exists():
             shutil.rmtree(output)

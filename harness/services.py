@@ -141,6 +141,15 @@ class S3Endpoint:
     secret_key: str = _TEST_KEY
     region: str = _TEST_REGION
 
+    def store_options(self) -> dict[str, str]:
+        """The S3 store's options (``open_store(url, **options)``, ``make_client``) for it."""
+        return {
+            "endpoint_url": self.url,
+            "region": self.region,
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+        }
+
     def environment(self) -> dict[str, str]:
         """Variables for clients that read credentials from the environment."""
         return {
